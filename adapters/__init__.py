@@ -1,0 +1,1 @@
+"""Storage adapters and integrations for saga, installed as ``saga.adapters``."""

@@ -1,0 +1,31 @@
+"""What differs between SQL backends; the store holds everything portable."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from sqlalchemy import ColumnElement, Engine, Insert, Select, Table
+
+
+class Dialect(Protocol):
+    """Backend details the portable store asks for."""
+
+    name: str
+
+    def create_engine(self, url: str) -> Engine: ...
+
+    def now(self) -> ColumnElement[float]:
+        """The database clock as seconds since the epoch."""
+        ...
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        """``INSERT`` that silently skips a row clashing with a unique key."""
+        ...
+
+    def lock_for_claim(self, query: Select[Any]) -> Select[Any]:
+        """Make the stuck-saga scan skip rows another claimer holds."""
+        ...
+
+    def lock_schema(self, connection: Any) -> None:
+        """Serialise concurrent schema creation."""
+        ...

@@ -1,0 +1,59 @@
+"""SQLite details: WAL, busy timeout, IMMEDIATE transactions, foreign keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, event, func
+from sqlalchemy.dialects.sqlite import insert
+
+BUSY_TIMEOUT_SECONDS = 30.0
+_UNIX_EPOCH_JULIAN_DAY = 2440587.5
+
+
+class SqliteDialect:
+    name = "sqlite"
+
+    def create_engine(self, url: str) -> Engine:
+        engine = create_engine(
+            url,
+            hide_parameters=True,
+            connect_args={"timeout": BUSY_TIMEOUT_SECONDS, "check_same_thread": False},
+        )
+        event.listen(engine, "connect", _configure_connection)
+        event.listen(engine, "begin", _begin_immediate)
+        return engine
+
+    def now(self) -> ColumnElement[float]:
+        # julianday('now') has millisecond precision, unlike CURRENT_TIMESTAMP.
+        return (func.julianday("now") - _UNIX_EPOCH_JULIAN_DAY) * 86400.0
+
+    def insert_ignoring_conflicts(self, table: Table) -> Insert:
+        return insert(table).on_conflict_do_nothing()
+
+    def lock_for_claim(self, query: Select[Any]) -> Select[Any]:
+        # The IMMEDIATE transaction already holds the single writer lock.
+        return query
+
+    def lock_schema(self, connection: Any) -> None:
+        """Nothing to do: IMMEDIATE transactions serialise schema creation."""
+
+
+def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
+    # We issue BEGIN ourselves (see _begin_immediate), so the driver must not.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    # WAL: readers never block the writer, and a SIGKILL loses no committed data.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # FULL: a commit survives power loss too, not only a process crash.
+    cursor.execute("PRAGMA synchronous=FULL")
+    # Deleting a saga deletes its steps and events (ON DELETE CASCADE).
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
+    cursor.close()
+
+
+def _begin_immediate(connection: Any) -> None:
+    # IMMEDIATE takes the write lock at BEGIN: two writers never both read,
+    # then fail to upgrade (SQLITE_BUSY mid-transaction cannot be waited out).
+    connection.exec_driver_sql("BEGIN IMMEDIATE")

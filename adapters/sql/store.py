@@ -1,0 +1,538 @@
+"""The portable SQL store: every statement saga runs, for PostgreSQL and SQLite.
+
+Statements are SQLAlchemy Core on the SQLModel tables: names, keys and ids
+are always bind parameters. Driver errors are translated at this boundary
+into ``StorageUnavailableError`` (retried) or ``StorageError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+
+from saga.errors import (
+    CorruptRecordError,
+    LeaseLostError,
+    SagaBusyError,
+    StorageError,
+    StorageUnavailableError,
+    UnknownSagaError,
+)
+from saga.policy import STORE_RETRY, RetryPolicy
+from saga.ports import (
+    Commit,
+    Event,
+    EventRecord,
+    ListQuery,
+    SagaRecord,
+    StepRecord,
+    StepWrite,
+)
+from saga.status import SagaStatus, StepKind, StepStatus
+
+from . import tables as t
+from .dialect import Dialect
+
+T = TypeVar("T")
+_ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
+
+
+def masked(url: str) -> str:
+    """The URL with its password hidden, fit for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - an unparsable URL must still never leak
+        return "<unparsable database URL>"
+
+
+class SqlSagaStore:
+    """A ``SagaStore`` on a SQL database (PostgreSQL or SQLite)."""
+
+    def __init__(self, url: str, dialect: Dialect, retry: RetryPolicy = STORE_RETRY) -> None:
+        self.url = masked(url)
+        self.dialect = dialect
+        self.retry = retry
+        self.engine = dialect.create_engine(url)
+        self._schema_ready = False
+
+    # -- plumbing ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except (OperationalError, InterfaceError) as error:
+            raise StorageUnavailableError(f"{self.url}: {_first_line(error)}") from error
+        except DBAPIError as error:
+            if error.connection_invalidated:
+                raise StorageUnavailableError(f"{self.url}: {_first_line(error)}") from error
+            raise StorageError(f"{self.url}: {_first_line(error)}") from error
+        except SQLAlchemyError as error:
+            raise StorageError(f"{self.url}: {_first_line(error)}") from error
+
+    def _transaction(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in one transaction, retried while the database is unreachable."""
+        self._ensure_schema()
+        for attempt in self.retry.retrying():
+            with attempt, self._translated(), self.engine.begin() as connection:
+                return work(connection)
+        raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    def _ensure_schema(self) -> None:
+        if not self._schema_ready:
+            self._schema_ready = True
+            try:
+                self.create_schema()
+            except BaseException:
+                self._schema_ready = False
+                raise
+
+    def create_schema(self) -> None:
+        """Create the tables if they are missing and record the schema version."""
+
+        def create(connection: Connection) -> None:
+            self.dialect.lock_schema(connection)
+            t.SagaInstanceRow.metadata.create_all(connection, tables=list(t.ALL_TABLES))
+            if connection.execute(select(t.schema_version.c.version)).first() is None:
+                connection.execute(insert(t.schema_version).values(version=t.SCHEMA_VERSION))
+
+        for attempt in self.retry.retrying():
+            with attempt, self._translated(), self.engine.begin() as connection:
+                create(connection)
+        self._schema_ready = True
+
+    def schema_version(self) -> int | None:
+        def read(connection: Connection) -> int | None:
+            return connection.execute(select(func.max(t.schema_version.c.version))).scalar()
+
+        return self._transaction(read)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def now(self) -> float:
+        return self._transaction(lambda c: float(c.execute(select(self.dialect.now())).scalar_one()))
+
+    # -- writes -------------------------------------------------------------------
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
+        def work(connection: Connection) -> tuple[SagaRecord, bool]:
+            now = self.dialect.now()
+            inserted = connection.execute(
+                self.dialect.insert_ignoring_conflicts(t.instances)
+                .values(
+                    {
+                        **_instance_values(saga),
+                        "created_at": now,
+                        "updated_at": now,
+                        "lease_expires_at": now + lease_ttl,
+                        "commit_token": first.token,
+                    }
+                )
+                .returning(t.instances.c.id)
+            ).first()
+            if inserted is None:
+                return self._clash(connection, saga)
+            self._write_body(connection, first)
+            return saga, True
+
+        return self._transaction(work)
+
+    def _clash(self, connection: Connection, saga: SagaRecord) -> tuple[SagaRecord, bool]:
+        """The row ``saga`` clashed with: ours if a lost acknowledgement hid our insert."""
+        mine = self._load(connection, saga.id)
+        if mine is not None:  # ids are fresh uuid4s: a row with ours is our own write
+            return mine, True
+        assert saga.key is not None
+        existing = self._find(connection, saga.name, saga.key)
+        if existing is None:
+            raise StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
+        return existing, False
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool:
+        def work(connection: Connection) -> bool:
+            return self._commit(connection, change, lease_ttl)
+
+        first_try = True
+
+        def work_or_recognise(connection: Connection) -> bool:
+            nonlocal first_try
+            if not first_try:
+                landed = self._landed(connection, change)
+                if landed is not None:
+                    return landed
+            first_try = False
+            return work(connection)
+
+        return self._transaction(work_or_recognise)
+
+    def _landed(self, connection: Connection, change: Commit) -> bool | None:
+        """After a lost acknowledgement: did our earlier attempt commit? (cancel flag if so)."""
+        row = connection.execute(
+            select(t.instances.c.commit_token, t.instances.c.cancel_requested).where(
+                t.instances.c.id == change.saga_id
+            )
+        ).first()
+        if row is not None and row.commit_token == change.token:
+            return bool(row.cancel_requested)
+        return None
+
+    def _commit(self, connection: Connection, change: Commit, lease_ttl: float) -> bool:
+        now = self.dialect.now()
+        values: dict[str, Any] = {"updated_at": now, "commit_token": change.token}
+        if change.release:  # expired at once: an unfinished saga shows as stuck
+            values.update(owner=None, lease_expires_at=now)
+        else:
+            values["lease_expires_at"] = now + lease_ttl
+        if change.status is not None:
+            values["status"] = change.status.value
+        if change.error is not None:
+            values["error"] = change.error
+        row = connection.execute(
+            update(t.instances)
+            .where(t.instances.c.id == change.saga_id, t.instances.c.epoch == change.epoch)
+            .values(values)
+            .returning(t.instances.c.cancel_requested)
+        ).first()
+        if row is None:
+            raise LeaseLostError(change.saga_id, change.epoch)
+        self._write_body(connection, change)
+        return bool(row.cancel_requested)
+
+    def _write_body(self, connection: Connection, change: Commit) -> None:
+        now = self.dialect.now()
+        for write in change.steps:
+            self._write_step(connection, change.saga_id, write)
+        if change.events:
+            connection.execute(
+                insert(t.events).values(at=now),
+                [_event_values(change.saga_id, change.epoch, e) for e in change.events],
+            )
+
+    def _write_step(self, connection: Connection, saga_id: str, write: StepWrite) -> None:
+        step = write.step
+        stamped = {write.stamp + "_at": self.dialect.now()} if write.stamp else {}
+        if write.new:
+            values = {**_step_values(step), "saga_id": saga_id, **stamped}
+            connection.execute(insert(t.steps).values(values))
+            return
+        connection.execute(
+            update(t.steps)
+            .where(t.steps.c.saga_id == saga_id, t.steps.c.seq == step.seq)
+            .values(
+                status=step.status.value,
+                attempt=step.attempt,
+                undo_attempt=step.undo_attempt,
+                result=step.result,
+                output_digest=step.output_digest,
+                error=step.error,
+                **stamped,
+            )
+        )
+
+    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
+        def work(connection: Connection) -> bool:
+            now = self.dialect.now()
+            row = connection.execute(
+                update(t.instances)
+                .where(t.instances.c.id == saga_id, t.instances.c.epoch == epoch)
+                .values(lease_expires_at=now + lease_ttl)
+                .returning(t.instances.c.cancel_requested)
+            ).first()
+            if row is None:
+                raise LeaseLostError(saga_id, epoch)
+            return bool(row.cancel_requested)
+
+        return self._transaction(work)
+
+    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+        def work(connection: Connection) -> SagaRecord:
+            now = self.dialect.now()
+            i = t.instances.c
+            free = or_(i.owner.is_(None), i.owner == owner, i.lease_expires_at < now)
+            row = connection.execute(
+                update(t.instances)
+                .where(i.id == saga_id, free)
+                .values(epoch=i.epoch + 1, owner=owner, lease_expires_at=now + lease_ttl)
+                .returning(i.epoch)
+            ).first()
+            if row is None:
+                current = self._load(connection, saga_id)
+                if current is None:
+                    raise UnknownSagaError(f"no saga with id {saga_id}")
+                raise SagaBusyError(
+                    saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
+                )
+            self._append(connection, saga_id, row.epoch, event)
+            loaded = self._load(connection, saga_id)
+            assert loaded is not None
+            return loaded
+
+        return self._transaction(work)
+
+    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+        def work(connection: Connection) -> list[str]:
+            now = self.dialect.now()
+            i = t.instances.c
+            stuck = self.dialect.lock_for_claim(
+                select(i.id)
+                .where(i.status.in_(_ACTIVE), i.lease_expires_at < now)
+                .order_by(i.lease_expires_at)
+                .limit(limit)
+            )
+            rows = connection.execute(
+                update(t.instances)
+                .where(i.id.in_(stuck.scalar_subquery()))
+                .values(epoch=i.epoch + 1, owner=owner, lease_expires_at=now + lease_ttl)
+                .returning(i.id, i.epoch)
+            ).all()
+            for row in rows:
+                self._append(connection, row.id, row.epoch, _claimed(owner))
+            return [row.id for row in rows]
+
+        return self._transaction(work)
+
+    def request_cancel(self, saga_id: str, event: Event) -> None:
+        def work(connection: Connection) -> None:
+            row = connection.execute(
+                update(t.instances)
+                .where(t.instances.c.id == saga_id)
+                .values(cancel_requested=True)
+                .returning(t.instances.c.epoch)
+            ).first()
+            if row is None:
+                raise UnknownSagaError(f"no saga with id {saga_id}")
+            self._append(connection, saga_id, row.epoch, event)
+
+        self._transaction(work)
+
+    def record_event(self, saga_id: str, event: Event) -> None:
+        def work(connection: Connection) -> None:
+            epoch = connection.execute(
+                select(t.instances.c.epoch).where(t.instances.c.id == saga_id)
+            ).scalar()
+            self._append(connection, saga_id, epoch, event)
+
+        self._transaction(work)
+
+    def _append(self, connection: Connection, saga_id: str, epoch: int | None, e: Event) -> None:
+        connection.execute(
+            insert(t.events).values({**_event_values(saga_id, epoch, e), "at": self.dialect.now()})
+        )
+
+    def delete(self, saga_ids: Sequence[str]) -> int:
+        """Delete these sagas with their steps and events; return how many went."""
+
+        def work(connection: Connection) -> int:
+            for table in (t.events, t.steps):
+                connection.execute(delete(table).where(table.c.saga_id.in_(saga_ids)))
+            result = connection.execute(delete(t.instances).where(t.instances.c.id.in_(saga_ids)))
+            return int(result.rowcount)
+
+        return self._transaction(work)
+
+    # -- reads ------------------------------------------------------------------------
+
+    def load(self, saga_id: str) -> SagaRecord | None:
+        return self._transaction(lambda c: self._load(c, saga_id))
+
+    def find(self, name: str, key: str) -> SagaRecord | None:
+        return self._transaction(lambda c: self._find(c, name, key))
+
+    def _load(self, connection: Connection, saga_id: str) -> SagaRecord | None:
+        row = connection.execute(select(t.instances).where(t.instances.c.id == saga_id)).first()
+        return None if row is None else self._with_steps(connection, [row])[0]
+
+    def _find(self, connection: Connection, name: str, key: str) -> SagaRecord | None:
+        i = t.instances.c
+        row = connection.execute(select(t.instances).where(i.name == name, i.key == key)).first()
+        return None if row is None else self._with_steps(connection, [row])[0]
+
+    def list(self, query: ListQuery) -> list[SagaRecord]:
+        def work(connection: Connection) -> list[SagaRecord]:
+            rows = connection.execute(self._list_statement(query)).all()
+            return self._with_steps(connection, rows)
+
+        return self._transaction(work)
+
+    def _list_statement(self, query: ListQuery) -> Any:
+        i = t.instances.c
+        now = self.dialect.now()
+        conditions = []
+        if query.status:
+            conditions.append(i.status.in_([s.value for s in query.status]))
+        if query.name is not None:
+            conditions.append(i.name == query.name)
+        if query.stuck:
+            conditions.append(and_(i.status.in_(_ACTIVE), i.lease_expires_at < now))
+        if query.older_than is not None:
+            conditions.append(i.created_at < now - query.older_than)
+        if query.before is not None:
+            anchor = select(i.created_at).where(i.id == query.before).scalar_subquery()
+            conditions.append(
+                or_(i.created_at < anchor, and_(i.created_at == anchor, i.id < query.before))
+            )
+        return (
+            select(t.instances)
+            .where(*conditions)
+            .order_by(i.created_at.desc(), i.id.desc())
+            .limit(query.limit)
+        )
+
+    def events(self, saga_id: str) -> list[EventRecord]:
+        def work(connection: Connection) -> list[EventRecord]:
+            e = t.events.c
+            rows = connection.execute(
+                select(t.events).where(e.saga_id == saga_id).order_by(e.id)
+            ).all()
+            return [_event_record(row) for row in rows]
+
+        return self._transaction(work)
+
+    def _with_steps(self, connection: Connection, rows: Sequence[Row[Any]]) -> list[SagaRecord]:
+        ids = [row.id for row in rows]
+        by_saga: dict[str, list[StepRecord]] = {saga_id: [] for saga_id in ids}
+        if ids:
+            s = t.steps.c
+            step_rows = connection.execute(
+                select(t.steps).where(s.saga_id.in_(ids)).order_by(s.saga_id, s.seq)
+            ).all()
+            for step_row in step_rows:
+                by_saga[step_row.saga_id].append(_step_record(step_row))
+        return [_saga_record(row, tuple(by_saga[row.id])) for row in rows]
+
+
+# -- row <-> record ----------------------------------------------------------------
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _claimed(owner: str) -> Event:
+    return Event("lease_claimed", detail={"owner": owner})
+
+
+def _instance_values(saga: SagaRecord) -> dict[str, Any]:
+    return {
+        "id": saga.id,
+        "name": saga.name,
+        "key": saga.key,
+        "kind": saga.kind,
+        "status": saga.status.value,
+        "input": saga.input,
+        "version": saga.version,
+        "owner": saga.owner,
+        "epoch": saga.epoch,
+        "deadline": saga.deadline,
+        "cancel_requested": False,
+    }
+
+
+def _step_values(step: StepRecord) -> dict[str, Any]:
+    return {
+        "seq": step.seq,
+        "name": step.name,
+        "status": step.status.value,
+        "attempt": step.attempt,
+        "kind": step.kind.value,
+        "transactional": step.transactional,
+        "action_ref": step.action_ref,
+        "compensation_ref": step.compensation_ref,
+        "args": step.args,
+        "input_digest": step.input_digest,
+        "result": step.result,
+        "output_digest": step.output_digest,
+        "error": step.error,
+        "undo_attempt": step.undo_attempt,
+    }
+
+
+def _event_values(saga_id: str, epoch: int | None, event: Event) -> dict[str, Any]:
+    detail = None if event.detail is None else json.dumps(event.detail, sort_keys=True)
+    return {
+        "saga_id": saga_id,
+        "kind": event.kind,
+        "step": event.step,
+        "attempt": event.attempt,
+        "epoch": epoch,
+        "detail": detail,
+    }
+
+
+def _saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRecord:
+    try:
+        status = SagaStatus(row.status)
+    except ValueError:
+        raise CorruptRecordError(row.id, f"unknown status {row.status!r}") from None
+    if row.kind not in ("declarative", "imperative"):
+        raise CorruptRecordError(row.id, f"unknown kind {row.kind!r}")
+    return SagaRecord(
+        id=row.id,
+        name=row.name,
+        key=row.key,
+        kind=row.kind,
+        status=status,
+        input=row.input,
+        version=row.version,
+        owner=row.owner,
+        epoch=row.epoch,
+        lease_expires_at=row.lease_expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        error=row.error,
+        deadline=row.deadline,
+        cancel_requested=bool(row.cancel_requested),
+        steps=step_records,
+    )
+
+
+def _step_record(row: Row[Any]) -> StepRecord:
+    try:
+        status, kind = StepStatus(row.status), StepKind(row.kind)
+    except ValueError:
+        raise CorruptRecordError(
+            row.saga_id, f"step {row.name!r} has status {row.status!r} / kind {row.kind!r}"
+        ) from None
+    return StepRecord(
+        name=row.name,
+        seq=row.seq,
+        status=status,
+        attempt=row.attempt,
+        kind=kind,
+        transactional=bool(row.transactional),
+        action_ref=row.action_ref,
+        compensation_ref=row.compensation_ref,
+        args=row.args,
+        input_digest=row.input_digest,
+        result=row.result,
+        output_digest=row.output_digest,
+        error=row.error,
+        undo_attempt=row.undo_attempt,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _event_record(row: Row[Any]) -> EventRecord:
+    try:
+        detail = None if row.detail is None else json.loads(row.detail)
+    except ValueError:
+        detail = {"unreadable": row.detail}
+    return EventRecord(
+        id=row.id,
+        saga_id=row.saga_id,
+        at=row.at,
+        kind=row.kind,
+        step=row.step,
+        attempt=row.attempt,
+        epoch=row.epoch,
+        detail=detail,
+    )

@@ -1,0 +1,110 @@
+"""The SQL tables, as SQLModel models.
+
+Times are seconds since the Unix epoch (double precision) taken from the
+database clock, so lease and deadline comparisons never depend on a client's
+clock and compare the same way on PostgreSQL and SQLite.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Index, Integer, Table, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+SCHEMA_VERSION = 1
+_ACTIVE = text("status IN ('running', 'compensating')")
+
+
+class SagaInstanceRow(SQLModel, table=True):
+    __tablename__ = "saga_instances"
+    __table_args__ = (
+        UniqueConstraint("name", "key", name="uq_saga_instances_name_key"),
+        Index("ix_saga_instances_created", "created_at", "id"),
+        Index("ix_saga_instances_status_created", "status", "created_at"),
+        Index("ix_saga_instances_name_created", "name", "created_at"),
+        # Only unfinished sagas are indexed: the stuck-saga scan costs the same
+        # with a million finished sagas as with none.
+        Index(
+            "ix_saga_instances_active_lease",
+            "lease_expires_at",
+            postgresql_where=_ACTIVE,
+            sqlite_where=_ACTIVE,
+        ),
+    )
+
+    id: str = Field(primary_key=True, max_length=36)
+    name: str
+    key: str | None = None
+    kind: str
+    status: str
+    input: str | None = None
+    version: str | None = None
+    owner: str | None = None
+    epoch: int = 0
+    lease_expires_at: float | None = None
+    created_at: float
+    updated_at: float
+    error: str | None = None
+    deadline: float | None = None
+    cancel_requested: bool = False
+    commit_token: str | None = None
+
+
+class SagaStepRow(SQLModel, table=True):
+    __tablename__ = "saga_steps"
+    __table_args__ = (UniqueConstraint("saga_id", "name", name="uq_saga_steps_saga_name"),)
+
+    saga_id: str = Field(primary_key=True, foreign_key="saga_instances.id", ondelete="CASCADE")
+    seq: int = Field(primary_key=True)
+    name: str
+    status: str
+    attempt: int = 0
+    kind: str
+    transactional: bool = False
+    action_ref: str | None = None
+    compensation_ref: str | None = None
+    args: str | None = None
+    input_digest: str | None = None
+    result: str | None = None
+    output_digest: str | None = None
+    error: str | None = None
+    undo_attempt: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class SagaEventRow(SQLModel, table=True):
+    __tablename__ = "saga_events"
+    __table_args__ = (Index("ix_saga_events_saga", "saga_id", "id"),)
+
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(
+            BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+        ),
+    )
+    saga_id: str = Field(foreign_key="saga_instances.id", ondelete="CASCADE")
+    at: float
+    kind: str
+    step: str | None = None
+    attempt: int | None = None
+    epoch: int | None = None
+    detail: str | None = None
+
+
+class SagaSchemaVersionRow(SQLModel, table=True):
+    __tablename__ = "saga_schema_version"
+
+    version: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+
+
+def _table(model: type[SQLModel]) -> Table:
+    table = model.__table__  # type: ignore[attr-defined]
+    assert isinstance(table, Table)
+    return table
+
+
+instances = _table(SagaInstanceRow)
+steps = _table(SagaStepRow)
+events = _table(SagaEventRow)
+schema_version = _table(SagaSchemaVersionRow)
+ALL_TABLES = (instances, steps, events, schema_version)

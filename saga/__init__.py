@@ -1,0 +1,68 @@
+"""saga: durable sagas for multi-step data writes.
+
+Each step pairs a forward action with an idempotent compensation; a
+coordinator records every step in PostgreSQL or SQLite, unwinds the steps
+that ran when one fails, and finishes interrupted sagas after a crash.
+"""
+
+from saga.context import StepContext, current_step
+from saga.coordinator import Coordinator
+from saga.definition import Saga, Step
+from saga.errors import (
+    ConfigurationError,
+    CorruptRecordError,
+    DefinitionError,
+    IllegalTransitionError,
+    LeaseLost,
+    LeaseLostError,
+    OperationRefusedError,
+    PayloadError,
+    SagaBusyError,
+    SagaError,
+    SagaFailed,
+    StepTimeoutError,
+    StorageError,
+    StorageUnavailableError,
+    UnknownSagaError,
+    UnsafeReferenceError,
+)
+from saga.policy import RetryPolicy
+from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.scope import SagaScope
+from saga.status import SagaStatus, StepKind, StepStatus
+from saga.views import SagaView, StepView
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigurationError",
+    "Coordinator",
+    "CorruptRecordError",
+    "DefinitionError",
+    "IllegalTransitionError",
+    "LeaseLost",
+    "LeaseLostError",
+    "OperationRefusedError",
+    "PayloadError",
+    "RecoveryOutcome",
+    "RecoveryReport",
+    "RetryPolicy",
+    "Saga",
+    "SagaBusyError",
+    "SagaError",
+    "SagaFailed",
+    "SagaScope",
+    "SagaStatus",
+    "SagaView",
+    "Step",
+    "StepContext",
+    "StepKind",
+    "StepStatus",
+    "StepTimeoutError",
+    "StepView",
+    "StorageError",
+    "StorageUnavailableError",
+    "UnknownSagaError",
+    "UnsafeReferenceError",
+    "current_step",
+]

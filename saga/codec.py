@@ -1,0 +1,119 @@
+"""The JSON codec: canonical encoding, digests and payload limits.
+
+Every value saga stores (saga input, step arguments, results, errors) goes
+through :func:`encode`. Encoding is canonical (sorted keys, no spaces), so the
+same value always has the same SHA-256 digest. Dataclass instances and
+pydantic models are stored as their fields; decoding returns plain JSON values
+and never instantiates a class named in the payload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from saga.errors import PayloadError
+
+DEFAULT_PAYLOAD_LIMIT = 1024 * 1024
+"""Largest encoded payload, in bytes (1 MiB)."""
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Encoded:
+    """A value in its stored form."""
+
+    text: str
+    digest: str
+
+
+def _to_json_value(value: object) -> Any:
+    """Turn a dataclass or pydantic model into plain JSON values; refuse the rest."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
+
+
+_DEFAULT_ENCODER = json.JSONEncoder(
+    sort_keys=True,
+    separators=(",", ":"),
+    ensure_ascii=False,
+    allow_nan=False,
+    default=_to_json_value,
+)
+
+
+def encode(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Encoded:
+    """Encode ``value`` canonically, or raise ``PayloadError`` naming the bad part."""
+    try:
+        text = _DEFAULT_ENCODER.encode(value)
+    except (TypeError, ValueError) as error:
+        bad_path, problem = _find_problem(value, path)
+        raise PayloadError(bad_path, problem) from error
+    if "\\u0000" in text:
+        bad_path = _find_nul(value, path)
+        if bad_path is not None:
+            raise PayloadError(bad_path, "contains a NUL byte, which cannot be stored; remove it")
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        raise PayloadError(
+            path,
+            f"is {size} bytes encoded, over the payload limit of {limit} bytes; "
+            "store large data elsewhere and pass a reference",
+        )
+    return Encoded(text, digest(text))
+
+
+def digest(text: str) -> str:
+    """SHA-256 of a canonical JSON text, as hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def decode(text: str | None) -> Any:
+    """Decode a stored JSON text (``None`` stays ``None``)."""
+    return None if text is None else json.loads(text)
+
+
+def _children(value: object) -> list[tuple[str, object]]:
+    if isinstance(value, Mapping):
+        return [(f"[{k!r}]", v) for k, v in value.items()]
+    if isinstance(value, list | tuple):
+        return [(f"[{i}]", v) for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f".{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value)]
+    return []
+
+
+def _find_problem(value: object, path: str) -> tuple[str, str]:
+    """Walk ``value`` to the first part that cannot be encoded."""
+    if isinstance(value, Mapping):
+        for key in value:
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                return f"{path}[{key!r}]", f"has a key of type {type(key).__name__}; use strings"
+    for suffix, child in _children(value):
+        try:
+            _DEFAULT_ENCODER.encode(child)
+        except (TypeError, ValueError):
+            return _find_problem(child, path + suffix)
+    if isinstance(value, float):
+        return path, f"{value!r} is not valid JSON; use null or a string"
+    kind = type(value).__name__
+    return path, f"a {kind} is not JSON-serialisable; pass JSON values, a dataclass or a model"
+
+
+def _find_nul(value: object, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, Mapping):
+        for key in value:
+            if isinstance(key, str) and "\x00" in key:
+                return f"{path}[{key!r}]"
+    for suffix, child in _children(value):
+        found = _find_nul(child, path + suffix)
+        if found is not None:
+            return found
+    return None

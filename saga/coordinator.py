@@ -1,0 +1,395 @@
+"""The synchronous coordinator: the entry point of the public API."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from saga import engine
+from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
+from saga.definition import Saga, defined_saga
+from saga.errors import (
+    ConfigurationError,
+    DefinitionError,
+    OperationRefusedError,
+    SagaBusyError,
+    SagaFailed,
+    UnknownSagaError,
+)
+from saga.lease import Heartbeat
+from saga.policy import STORE_RETRY, RetryPolicy
+from saga.ports import Event, ListQuery, SagaRecord, SagaStore
+from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.refs import Resolver
+from saga.runner import Runner
+from saga.scope import SagaScope
+from saga.status import SagaStatus
+from saga.store import open_store
+from saga.views import SagaView, view_of
+
+
+def new_owner_id() -> str:
+    """host:pid:random, unique per coordinator."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def operator_detail() -> dict[str, str]:
+    """Who did it, for operator events."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return {"by": user, "host": socket.gethostname()}
+
+
+class Coordinator:
+    """Runs sagas durably against one database.
+
+    ``url`` defaults to ``$SAGA_DATABASE_URL``, else ``sqlite:///saga.db``.
+    ``lease_ttl`` is how long (seconds) a silent process keeps its sagas
+    before a recoverer may take them. ``trusted_modules`` names modules whose
+    functions stored references may resolve to (what ``--app`` does).
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        lease_ttl: float = 30.0,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        trusted_modules: Iterable[str] = (),
+        store: SagaStore | None = None,
+        store_retry: RetryPolicy = STORE_RETRY,
+    ) -> None:
+        self.store: SagaStore = store if store is not None else open_store(url, store_retry)
+        self.lease_ttl = lease_ttl
+        self.owner = new_owner_id()
+        self.resolver = Resolver(trusted_modules)
+        self.heartbeat = Heartbeat(self.store, lease_ttl)
+        self.runner = Runner(self.store, lease_ttl, payload_limit, self.resolver, self.heartbeat)
+        self._sagas: dict[str, Saga] = {}
+
+    def __repr__(self) -> str:
+        return f"Coordinator({self.store.url!r})"
+
+    def __enter__(self) -> Coordinator:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the heartbeat and release the database connections."""
+        self.heartbeat.stop()
+        self.store.close()
+
+    def create_schema(self) -> None:
+        """Create the tables now (they are also created on first use)."""
+        self.store.create_schema()
+
+    # -- declarative sagas -----------------------------------------------------------------
+
+    def register(self, *sagas: Saga) -> None:
+        """Validate and register definitions so this coordinator can run and resume them."""
+        for saga in sagas:
+            saga.validate()
+            self._sagas[saga.name] = saga
+
+    def run(
+        self, saga: Saga | str, data: Any = None, *, key: str | None = None
+    ) -> SagaView:
+        """Run a declarative saga to its end and return its view.
+
+        With ``key``, a second call returns the first saga's recorded outcome
+        (raising ``SagaFailed`` again if it failed) and runs nothing twice.
+        """
+        definition = self._definition(saga)
+        payload = encode(data, "input", self.runner.payload_limit)
+        if key is not None:
+            existing = self.store.find(definition.name, key)
+            if existing is not None:
+                return self._rerun(definition, existing, payload.text)
+        record = SagaRecord(
+            id=str(uuid.uuid4()),
+            name=definition.name,
+            key=key,
+            kind="declarative",
+            status=SagaStatus.RUNNING,
+            input=payload.text,
+            version=definition.version,
+            owner=self.owner,
+            epoch=1,
+        )
+        first = engine.next_forward(definition, record)
+        writes, events = self._first_step(definition, record, first)
+        change = engine.commit(record, writes, [Event("saga_started"), *events])
+        stored, created = self.store.create(record, change, self.lease_ttl)
+        if not created:
+            return self._rerun(definition, stored, payload.text)
+        record = engine.apply(record, change)
+        started = first if isinstance(first, engine.RunStep) else None
+        return self._forward(definition, record, started)
+
+    def _first_step(
+        self, saga: Saga, record: SagaRecord, first: engine.Forward
+    ) -> tuple[list[Any], list[Event]]:
+        if not isinstance(first, engine.RunStep):
+            return [], []
+        step = saga.by_name(first.name)
+        assert step is not None
+        template = engine.template(record, step.name, step.kind, step.transactional)
+        write = engine.start(record, template, 1)
+        return [write], list(engine.started_event(write))
+
+    def _forward(
+        self, saga: Saga, record: SagaRecord, started: engine.RunStep | None = None
+    ) -> SagaView:
+        with self.heartbeat.holding(record.id, record.epoch):
+            return view_of(self.runner.forward(saga, record, started))
+
+    def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
+        if existing.input != input_text:
+            raise OperationRefusedError(
+                existing.id,
+                f"saga {saga.name!r} key {existing.key!r} was first run with other input; "
+                "use a new key for new input",
+            )
+        if existing.status is SagaStatus.COMPLETED:
+            return view_of(existing)
+        if existing.status.is_terminal:
+            raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
+        record = self.store.claim(existing.id, self.owner, self.lease_ttl, _claimed("rerun"))
+        if record.status is SagaStatus.COMPENSATING:
+            view = self._unwind(record, saga)
+            raise SagaFailed(view.id, view.status, engine.failed_step(record))
+        return self._forward(self._checked(saga, record), record)
+
+    def _definition(self, saga: Saga | str) -> Saga:
+        if isinstance(saga, Saga):
+            if self._sagas.get(saga.name) is not saga:
+                self.register(saga)
+            return saga
+        known = self._sagas.get(saga) or defined_saga(saga)
+        if known is None:
+            raise UnknownSagaError(
+                f"no saga definition named {saga!r}; register it (or import its module with --app)"
+            )
+        if known.name not in self._sagas:
+            self.register(known)
+        return known
+
+    def _checked(self, saga: Saga, record: SagaRecord) -> Saga:
+        """``saga`` if it is the definition ``record`` started with; refuse otherwise."""
+        if record.version != saga.version:
+            raise DefinitionError(
+                f"saga {record.id} ({saga.name!r}) started with definition version "
+                f"{record.version} but this process has {saga.version}; the steps changed. "
+                "Finish it with the old code, or compensate it"
+            )
+        return saga
+
+    # -- context-manager sagas ------------------------------------------------------------
+
+    def saga(self, name: str, *, key: str | None = None) -> SagaScope:
+        """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
+        return SagaScope(self, name, key)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get(self, saga_id: str) -> SagaView:
+        """The saga with this id (``UnknownSagaError`` if there is none)."""
+        return view_of(self._load(saga_id))
+
+    def list(
+        self,
+        status: SagaStatus | str | Iterable[SagaStatus | str] | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        *,
+        stuck: bool = False,
+        before: str | None = None,
+        older_than: float | None = None,
+    ) -> list[SagaView]:
+        """Sagas, newest first, at most ``limit`` of them."""
+        query = ListQuery(
+            status=_statuses(status),
+            name=name,
+            stuck=stuck,
+            before=before,
+            older_than=older_than,
+            limit=limit,
+        )
+        return [view_of(record) for record in self.store.list(query)]
+
+    def history(self, saga_id: str) -> list[Any]:
+        """The saga's events, oldest first."""
+        self._load(saga_id)
+        return self.store.events(saga_id)
+
+    def _load(self, saga_id: str) -> SagaRecord:
+        record = self.store.load(saga_id)
+        if record is None:
+            raise UnknownSagaError(f"no saga with id {saga_id!r}")
+        return record
+
+    # -- recovery and operator actions ----------------------------------------------------
+
+    def recover(
+        self, *, compensate: bool = False, limit: int | None = None
+    ) -> RecoveryReport:
+        """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
+        report = RecoveryReport()
+        seen: set[str] = set()
+        while limit is None or len(report.outcomes) < limit:
+            claimed = self.store.claim_expired(self.owner, self.lease_ttl, 1)
+            if not claimed:
+                break
+            saga_id = claimed[0]
+            if saga_id in seen:  # everything older was handled; this one is refused again
+                self._release(saga_id)
+                break
+            seen.add(saga_id)
+            report.outcomes.append(self._recover_one(saga_id, compensate))
+        return report
+
+    def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:
+        record: SagaRecord | None = None
+        try:
+            record = self._load(saga_id)
+            view = self._finish(record, compensate)
+            return RecoveryOutcome(saga_id, record.name, view.status, None)
+        except SagaFailed as failure:
+            name = record.name if record else "?"
+            return RecoveryOutcome(saga_id, name, failure.status, None)
+        except Exception as error:  # noqa: BLE001 - one saga's problem never stops the others
+            self._refused(saga_id, error)
+            return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
+
+    def _finish(self, record: SagaRecord, compensate: bool) -> SagaView:
+        """Carry a claimed saga to its end: forward or unwinding, as the rules say."""
+        saga = self._saga_for(record)
+        if record.status is SagaStatus.COMPENSATING:
+            return self._unwind(record, saga)
+        forward = (
+            saga is not None
+            and not compensate
+            and saga.on_crash == "resume"
+            and not record.cancel_requested
+        )
+        if saga is not None and (forward or engine.past_pivot(record)):
+            return self._forward(saga, record)
+        return self._unwind(self._turn(record, "recovery"), saga)
+
+    def _saga_for(self, record: SagaRecord) -> Saga | None:
+        if record.kind == "imperative":
+            return None
+        return self._checked(self._definition(record.name), record)
+
+    def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
+        event = engine.moved(record, SagaStatus.COMPENSATING, reason=why)
+        return self.runner.write(record, [], [event], SagaStatus.COMPENSATING)
+
+    def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
+        """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
+        with self.heartbeat.holding(record.id, record.epoch):
+            return view_of(self.runner.unwind(record, saga, fresh))
+
+    def _release(self, saga_id: str) -> None:
+        """Give up a claimed saga untouched, so that a better-equipped process can take it."""
+        record = self.store.load(saga_id)
+        if record is not None and record.owner == self.owner:
+            self.store.commit(engine.release(record), self.lease_ttl)
+
+    def _refused(self, saga_id: str, error: BaseException) -> None:
+        detail = {"error": engine.describe(error), "owner": self.owner}
+        try:
+            self.store.record_event(saga_id, Event("recovery_refused", detail=detail))
+            self._release(saga_id)
+        except Exception:  # noqa: BLE001, S110 - reporting must not hide the first error
+            pass
+
+    def compensate(self, saga_id: str) -> SagaView:
+        """Unwind a stuck or failed saga now (refused past a pivot or once finished)."""
+        record = self._load(saga_id)
+        if record.status.is_finished:
+            raise OperationRefusedError(saga_id, f"saga {saga_id} is already {record.status.value}")
+        if engine.past_pivot(record):
+            raise OperationRefusedError(
+                saga_id, f"saga {saga_id} passed its pivot step; it can only go forward"
+            )
+        saga = self._saga_for(record)
+        record = self.store.claim(saga_id, self.owner, self.lease_ttl, _operator("compensate"))
+        fresh = record.status is SagaStatus.FAILED
+        if record.status is not SagaStatus.COMPENSATING:
+            record = self._turn(record, "operator compensate")
+        return self._unwind(record, saga, fresh)
+
+    def resume(self, saga_id: str) -> SagaView:
+        """Carry a stuck declarative saga forward now."""
+        record = self._load(saga_id)
+        if record.kind != "declarative":
+            raise OperationRefusedError(
+                saga_id,
+                f"saga {saga_id} is a context-manager saga: only its own code can continue it "
+                "(re-enter the same coord.saga(name, key=...)); an operator can compensate it",
+            )
+        if record.status is not SagaStatus.RUNNING:
+            raise OperationRefusedError(
+                saga_id, f"saga {saga_id} is {record.status.value}; only a running saga resumes"
+            )
+        saga = self._saga_for(record)
+        assert saga is not None
+        record = self.store.claim(saga_id, self.owner, self.lease_ttl, _operator("resume"))
+        return self._forward(saga, record)
+
+    def cancel(self, saga_id: str) -> SagaView:
+        """Ask a running saga to stop at its next step boundary and unwind."""
+        record = self._load(saga_id)
+        if record.status is not SagaStatus.RUNNING:
+            raise OperationRefusedError(
+                saga_id, f"saga {saga_id} is {record.status.value}; only a running saga can be cancelled"
+            )
+        if engine.past_pivot(record):
+            raise OperationRefusedError(
+                saga_id, f"saga {saga_id} passed its pivot step; it can only go forward"
+            )
+        saga = self._saga_for(record)
+        self.store.request_cancel(saga_id, _operator("cancel"))
+        try:
+            record = self.store.claim(saga_id, self.owner, self.lease_ttl, _claimed("cancel"))
+        except SagaBusyError:
+            return self.get(saga_id)  # its live owner stops at the next step boundary
+        if record.status is not SagaStatus.RUNNING:
+            return view_of(record)
+        return self._unwind(self._turn(record, "cancel requested"), saga)
+
+
+def _claimed(why: str) -> Event:
+    return Event("lease_claimed", detail={"why": why})
+
+
+def _operator(action: str) -> Event:
+    return Event("operator_action", detail={"action": action, **operator_detail()})
+
+
+def _statuses(
+    status: SagaStatus | str | Iterable[SagaStatus | str] | None,
+) -> tuple[SagaStatus, ...]:
+    if status is None:
+        return ()
+    if isinstance(status, SagaStatus | str):
+        status = [status]
+    return tuple(parse_status(s) for s in status)
+
+
+def parse_status(status: SagaStatus | str) -> SagaStatus:
+    """A status from its name, or ``ConfigurationError`` listing the valid ones."""
+    try:
+        return SagaStatus(status)
+    except ValueError:
+        known = ", ".join(s.value for s in SagaStatus)
+        raise ConfigurationError(f"unknown status {status!r}; use one of: {known}") from None

@@ -1,0 +1,237 @@
+"""Declarative sagas: ``Saga``, its steps, and their validation."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Literal, overload
+
+from saga.errors import DefinitionError
+from saga.policy import (
+    DEFAULT_COMPENSATION_RETRY,
+    DEFAULT_RETRIABLE_RETRY,
+    DEFAULT_STEP_RETRY,
+    RetryPolicy,
+)
+from saga.status import StepKind
+
+StepFn = Callable[..., Any]
+OnCrash = Literal["resume", "compensate"]
+
+_catalog: dict[str, Saga] = {}
+
+
+def defined_saga(name: str) -> Saga | None:
+    """The most recently defined ``Saga`` with this name in this process."""
+    return _catalog.get(name)
+
+
+@dataclasses.dataclass(eq=False)
+class Step:
+    """One step of a declarative saga: an action and, optionally, its compensation."""
+
+    name: str
+    fn: StepFn
+    retry: RetryPolicy
+    timeout: float | None
+    after: tuple[str, ...] | None
+    kind: StepKind
+    transactional: bool
+    undo: StepFn | None = None
+    undo_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    @overload
+    def compensation(self, fn: StepFn, /) -> StepFn: ...
+    @overload
+    def compensation(
+        self, fn: None = None, /, *, retry: RetryPolicy | None = None
+    ) -> Callable[[StepFn], StepFn]: ...
+    def compensation(
+        self, fn: StepFn | None = None, /, *, retry: RetryPolicy | None = None
+    ) -> StepFn | Callable[[StepFn], StepFn]:
+        """Declare the function that undoes this step (``@step.compensation``)."""
+
+        def attach(undo: StepFn) -> StepFn:
+            if self.undo is not None:
+                raise DefinitionError(f"step {self.name!r} already has a compensation")
+            self.undo = undo
+            if retry is not None:
+                self.undo_retry = retry
+            return undo
+
+        return attach(fn) if fn is not None else attach
+
+
+class Saga:
+    """A named, registered saga whose steps any process can resume.
+
+    ``on_crash`` says what recovery does with a saga found ``running`` after
+    its process died: ``"resume"`` (go forward, the default) or
+    ``"compensate"``. ``max_concurrency`` bounds parallel steps;
+    ``deadline`` bounds the whole saga's duration.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        on_crash: OnCrash = "resume",
+        max_concurrency: int = 1,
+        deadline: timedelta | None = None,
+    ) -> None:
+        if on_crash not in ("resume", "compensate"):
+            raise DefinitionError(f"saga {name!r}: on_crash must be 'resume' or 'compensate'")
+        self.name = name
+        self.on_crash: OnCrash = on_crash
+        self.max_concurrency = max_concurrency
+        self.deadline = deadline
+        self.steps: list[Step] = []
+        _catalog[name] = self
+
+    def __repr__(self) -> str:
+        return f"Saga({self.name!r}, steps={[s.name for s in self.steps]})"
+
+    @overload
+    def step(self, fn: StepFn, /) -> Step: ...
+    @overload
+    def step(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        after: tuple[str, ...] | list[str] | None = None,
+        pivot: bool = False,
+        retriable: bool = False,
+        transactional: bool = False,
+    ) -> Callable[[StepFn], Step]: ...
+    def step(
+        self,
+        fn: StepFn | None = None,
+        /,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        after: tuple[str, ...] | list[str] | None = None,
+        pivot: bool = False,
+        retriable: bool = False,
+        transactional: bool = False,
+    ) -> Step | Callable[[StepFn], Step]:
+        """Declare a step; it runs after the step declared before it unless ``after=``."""
+        if pivot and retriable:
+            raise DefinitionError(f"saga {self.name!r}: a step cannot be both pivot and retriable")
+        kind = StepKind.PIVOT if pivot else StepKind.RETRIABLE if retriable else StepKind.COMPENSATABLE
+        default_retry = DEFAULT_RETRIABLE_RETRY if retriable else DEFAULT_STEP_RETRY
+
+        def declare(action: StepFn) -> Step:
+            step = Step(
+                name=name or action.__name__,
+                fn=action,
+                retry=retry or default_retry,
+                timeout=timeout,
+                after=None if after is None else tuple(after),
+                kind=kind,
+                transactional=transactional,
+            )
+            self.steps.append(step)
+            return step
+
+        return declare(fn) if fn is not None else declare
+
+    def dependencies(self) -> dict[str, tuple[str, ...]]:
+        """Each step's prerequisites, with the implicit 'the step before' made explicit."""
+        deps: dict[str, tuple[str, ...]] = {}
+        previous: str | None = None
+        for step in self.steps:
+            if step.after is None:
+                deps[step.name] = () if previous is None else (previous,)
+            else:
+                deps[step.name] = step.after
+            previous = step.name
+        return deps
+
+    def validate(self) -> None:
+        """Refuse duplicates, unknown dependencies, cycles and misused step kinds."""
+        seen: set[str] = set()
+        for step in self.steps:
+            if step.name in seen:
+                raise DefinitionError(f"saga {self.name!r}: two steps are named {step.name!r}")
+            seen.add(step.name)
+        deps = self.dependencies()
+        for step_name, prerequisites in deps.items():
+            for dep in prerequisites:
+                if dep not in seen:
+                    raise DefinitionError(
+                        f"saga {self.name!r}: step {step_name!r} runs after unknown step {dep!r}"
+                    )
+        cycle = _find_cycle(deps)
+        if cycle:
+            raise DefinitionError(f"saga {self.name!r}: steps form a cycle: {' -> '.join(cycle)}")
+        for step in self.steps:
+            if step.undo is not None and step.kind is not StepKind.COMPENSATABLE:
+                raise DefinitionError(
+                    f"saga {self.name!r}: step {step.name!r} is {step.kind.value} and so "
+                    "cannot have a compensation"
+                )
+        if self.max_concurrency < 1:
+            raise DefinitionError(f"saga {self.name!r}: max_concurrency must be at least 1")
+
+    def order(self) -> list[Step]:
+        """Steps in a valid execution order, declaration order among ready steps."""
+        deps = self.dependencies()
+        done: set[str] = set()
+        ordered: list[Step] = []
+        while len(ordered) < len(self.steps):
+            for step in self.steps:
+                if step.name not in done and all(d in done for d in deps[step.name]):
+                    ordered.append(step)
+                    done.add(step.name)
+                    break
+        return ordered
+
+    @property
+    def version(self) -> str:
+        """A digest of the saga's shape: steps, kinds and dependencies."""
+        shape = [[s.name, s.kind.value, list(d)] for s, d in zip(
+            self.steps, self.dependencies().values(), strict=True
+        )]
+        return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
+
+    def by_name(self, step_name: str) -> Step | None:
+        return next((s for s in self.steps if s.name == step_name), None)
+
+
+def _find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:
+    """A cycle as a path of step names (first name repeated at the end), or []."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for dep in deps.get(node, ()):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep) :], dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return []
+
+    for node in deps:
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []

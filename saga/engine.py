@@ -1,0 +1,234 @@
+"""The sans-I/O engine: what happens next in a saga, and which records say so.
+
+Everything here is a pure function of (definition, recorded state, outcome).
+The drivers (``runner.py`` for threads; the async twin) carry the decisions
+out, write the records this module builds, and never decide anything
+themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from saga.codec import Encoded
+from saga.definition import Saga
+from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
+
+MAX_ERROR_LENGTH = 2000
+_MAY_HAVE_ACTED = (
+    StepStatus.SUCCEEDED,
+    StepStatus.RUNNING,
+    StepStatus.FAILED,
+    StepStatus.COMPENSATING,
+)
+
+
+# -- decisions -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunStep:
+    """Run attempt ``attempt`` of step ``name``."""
+
+    name: str
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Complete:
+    """Every step succeeded."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GiveUp:
+    """Step ``name`` used all its attempts (across crashes) without returning."""
+
+    name: str
+    attempts: int
+
+
+Forward = RunStep | Complete | GiveUp
+
+
+def next_forward(saga: Saga, record: SagaRecord) -> Forward:
+    """The next thing to do going forward, in the definition's order."""
+    done = {s.name for s in record.steps if s.status is StepStatus.SUCCEEDED}
+    deps = saga.dependencies()
+    for step in saga.order():
+        if step.name in done:
+            continue
+        if not all(d in done for d in deps[step.name]):
+            continue
+        recorded = record.step(step.name)
+        if recorded is None:
+            return RunStep(step.name, 1)
+        if step.retry.allows(recorded.attempt + 1):
+            return RunStep(step.name, recorded.attempt + 1)
+        return GiveUp(step.name, recorded.attempt)
+    return Complete()
+
+
+def past_pivot(record: SagaRecord) -> bool:
+    """Whether a pivot step succeeded: from then on the saga only goes forward."""
+    return any(
+        s.kind is StepKind.PIVOT and s.status is StepStatus.SUCCEEDED for s in record.steps
+    )
+
+
+def undo_stack(record: SagaRecord) -> list[StepRecord]:
+    """Steps still to compensate, newest first.
+
+    Every step that may have acted is included (succeeded, in flight, failed),
+    except a failed transactional step (its transaction rolled back) and steps
+    that are never compensated (pivot, retriable) or have no compensation.
+    """
+    stack = []
+    for step in sorted(record.steps, key=lambda s: s.seq, reverse=True):
+        if step.status not in _MAY_HAVE_ACTED or step.kind is not StepKind.COMPENSATABLE:
+            continue
+        if step.transactional and step.status is StepStatus.FAILED:
+            continue
+        stack.append(step)
+    return stack
+
+
+def unwound_status(record: SagaRecord) -> SagaStatus:
+    """How a saga ends once everything is undone."""
+    return SagaStatus.CANCELLED if record.cancel_requested else SagaStatus.COMPENSATED
+
+
+def failed_step(record: SagaRecord) -> str | None:
+    """The step whose failure made the saga unwind, if any."""
+    for step in sorted(record.steps, key=lambda s: s.seq, reverse=True):
+        if step.error is not None and step.status in (StepStatus.FAILED, StepStatus.COMPENSATED):
+            return step.name
+    return None
+
+
+# -- records -----------------------------------------------------------------------------
+
+
+def describe(error: BaseException) -> str:
+    """An error as one stored line of bounded length."""
+    text = f"{type(error).__name__}: {error}".replace("\x00", "\\0")
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 3] + "..."
+
+
+def start(record: SagaRecord | None, template: StepRecord, attempt: int) -> StepWrite:
+    """The record that step ``template.name`` may have started attempt ``attempt``."""
+    existing = None if record is None else record.step(template.name)
+    if existing is None:
+        step = dataclasses.replace(template, status=StepStatus.RUNNING, attempt=attempt)
+        return StepWrite(step, new=True, stamp="started")
+    check_step_move(existing.name, existing.status, StepStatus.RUNNING)
+    step = dataclasses.replace(existing, status=StepStatus.RUNNING, attempt=attempt)
+    return StepWrite(step, stamp="started")
+
+
+def started_event(write: StepWrite, previous_error: str | None = None) -> tuple[Event, ...]:
+    step = write.step
+    started = Event("step_started", step.name, step.attempt)
+    if previous_error is None:
+        return (started,)
+    failed = Event("attempt_failed", step.name, step.attempt - 1, {"error": previous_error})
+    return (failed, started)
+
+
+def succeeded(record: SagaRecord, name: str, result: Encoded) -> tuple[StepWrite, Event]:
+    step = _recorded(record, name)
+    check_step_move(name, step.status, StepStatus.SUCCEEDED)
+    new = dataclasses.replace(
+        step, status=StepStatus.SUCCEEDED, result=result.text, output_digest=result.digest
+    )
+    return StepWrite(new, stamp="finished"), Event("step_succeeded", name, step.attempt)
+
+
+def failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:
+    step = _recorded(record, name)
+    check_step_move(name, step.status, StepStatus.FAILED)
+    new = dataclasses.replace(step, status=StepStatus.FAILED, error=error)
+    return StepWrite(new, stamp="finished"), Event("step_failed", name, step.attempt, {"error": error})
+
+
+def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
+    step = _recorded(record, name)
+    check_step_move(name, step.status, StepStatus.COMPENSATING)
+    attempt = step.undo_attempt + 1
+    new = dataclasses.replace(step, status=StepStatus.COMPENSATING, undo_attempt=attempt)
+    return StepWrite(new), Event("compensation_started", name, attempt)
+
+
+def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
+    step = _recorded(record, name)
+    check_step_move(name, step.status, StepStatus.COMPENSATED)
+    new = dataclasses.replace(step, status=StepStatus.COMPENSATED)
+    return StepWrite(new, stamp="finished"), Event("compensation_done", name, step.undo_attempt)
+
+
+def undo_failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:
+    step = _recorded(record, name)
+    new = dataclasses.replace(step, error=error)
+    detail = {"error": error}
+    return StepWrite(new), Event("compensation_failed", name, step.undo_attempt, detail)
+
+
+def moved(record: SagaRecord, status: SagaStatus, **detail: object) -> Event:
+    """The event for the saga moving to ``status`` (checked against the state machine)."""
+    check_saga_move(record.id, record.status, status)
+    return Event(f"saga_{status.value}", detail=dict(detail) or None)
+
+
+def apply(record: SagaRecord, change: Commit) -> SagaRecord:
+    """``record`` as it is once ``change`` committed (timestamps aside)."""
+    steps = {s.seq: s for s in record.steps}
+    for write in change.steps:
+        steps[write.step.seq] = write.step
+    return dataclasses.replace(
+        record,
+        status=change.status or record.status,
+        error=change.error if change.error is not None else record.error,
+        owner=None if change.release else record.owner,
+        steps=tuple(steps[seq] for seq in sorted(steps)),
+    )
+
+
+def commit(
+    record: SagaRecord,
+    writes: Iterable[StepWrite] = (),
+    events: Iterable[Event] = (),
+    status: SagaStatus | None = None,
+    error: str | None = None,
+) -> Commit:
+    """One fenced transaction's worth of changes; terminal statuses drop the lease."""
+    return Commit(
+        saga_id=record.id,
+        epoch=record.epoch,
+        status=status,
+        error=error,
+        steps=tuple(writes),
+        events=tuple(events),
+        release=status is not None and status.is_terminal,
+    )
+
+
+def release(record: SagaRecord) -> Commit:
+    """Give the lease up without changing anything else."""
+    return Commit(saga_id=record.id, epoch=record.epoch, release=True)
+
+
+def template(record: SagaRecord, name: str, kind: StepKind, transactional: bool) -> StepRecord:
+    """The step as recorded, or a new one placed after every recorded step."""
+    existing = record.step(name)
+    if existing is not None:
+        return existing
+    seq = max((s.seq for s in record.steps), default=0) + 1
+    return StepRecord(name, seq, StepStatus.PENDING, 0, kind=kind, transactional=transactional)
+
+
+def _recorded(record: SagaRecord, name: str) -> StepRecord:
+    step = record.step(name)
+    if step is None:
+        raise KeyError(f"saga {record.id} has no recorded step {name!r}")
+    return step

@@ -1,0 +1,76 @@
+"""Keeping leases alive while steps run: one heartbeat thread per coordinator."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+
+from saga.errors import LeaseLostError, StorageError
+from saga.ports import SagaStore
+
+_log = logging.getLogger("saga")
+
+
+class Heartbeat:
+    """Renews the lease of every saga this process is executing, every ``ttl / 3``.
+
+    Every commit renews the lease too; the heartbeat matters for long steps.
+    A renewal that finds the epoch moved on stops renewing that saga; the
+    executor notices at its next (fenced) write.
+    """
+
+    def __init__(self, store: SagaStore, lease_ttl: float) -> None:
+        self.store = store
+        self.lease_ttl = lease_ttl
+        self._held: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @contextlib.contextmanager
+    def holding(self, saga_id: str, epoch: int) -> Iterator[None]:
+        """Keep ``saga_id``'s lease alive while the block runs."""
+        with self._lock:
+            self._held[saga_id] = epoch
+            self._start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self._held.get(saga_id) == epoch:
+                    del self._held[saga_id]
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._stopping = False
+            self._thread = threading.Thread(target=self._loop, name="saga-heartbeat", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._thread = None
+        self._wake.clear()
+
+    def _loop(self) -> None:
+        while not self._wake.wait(self.lease_ttl / 3):
+            with self._lock:
+                held = list(self._held.items())
+            for saga_id, epoch in held:
+                self._renew(saga_id, epoch)
+        self._wake.clear()
+
+    def _renew(self, saga_id: str, epoch: int) -> None:
+        try:
+            self.store.renew(saga_id, epoch, self.lease_ttl)
+        except LeaseLostError:
+            with self._lock:
+                self._held.pop(saga_id, None)
+            _log.warning("saga %s: lease lost to another process (epoch %s)", saga_id, epoch)
+        except StorageError as error:
+            _log.warning("saga %s: lease renewal failed: %s", saga_id, error)

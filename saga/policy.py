@@ -1,0 +1,121 @@
+"""Retry policies, carried out by tenacity.
+
+A :class:`RetryPolicy` is a plain description; :meth:`RetryPolicy.retrying`
+turns it into a ``tenacity.Retrying`` for the attempts that remain. Attempts
+are persisted by the coordinator, so ``max_attempts`` counts attempts across
+crashes: a process that resumes a step after two attempts only gets
+``max_attempts - 2`` more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+
+import tenacity
+from tenacity.wait import wait_base
+
+from saga.errors import (
+    ConfigurationError,
+    LeaseLostError,
+    PayloadError,
+    StorageUnavailableError,
+)
+
+_NEVER_RETRIED: tuple[type[BaseException], ...] = (LeaseLostError, PayloadError)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often, how fast and on which errors to retry an action.
+
+    ``max_attempts`` counts the first try; ``None`` retries until success
+    (the default for retriable steps). The delay before attempt n+1 is
+    ``min(max_delay, initial_delay * multiplier ** (n - 1))``, spread by
+    ``jitter`` (a fraction: 0.2 means +/-20 %). Only exceptions that are
+    instances of ``retry_on`` are retried.
+    """
+
+    max_attempts: int | None = 3
+    initial_delay: float = 0.1
+    max_delay: float = 5.0
+    multiplier: float = 2.0
+    jitter: float = 0.1
+    retry_on: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    max_elapsed: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ConfigurationError("RetryPolicy.max_attempts must be at least 1 (or None)")
+        if self.initial_delay < 0 or self.max_delay < 0 or not 0 <= self.jitter <= 1:
+            raise ConfigurationError(
+                "RetryPolicy delays must be >= 0 and jitter a fraction between 0 and 1"
+            )
+
+    def allows(self, attempt: int) -> bool:
+        """Whether attempt number ``attempt`` (1-based) may still run."""
+        return self.max_attempts is None or attempt <= self.max_attempts
+
+    def retries(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt under this policy."""
+        return isinstance(error, self.retry_on) and not isinstance(error, _NEVER_RETRIED)
+
+    def retrying(
+        self, attempts_used: int = 0, sleep: Callable[[float], None] = time.sleep
+    ) -> tenacity.Retrying:
+        """A tenacity loop for the attempts left after ``attempts_used``."""
+        return tenacity.Retrying(sleep=sleep, reraise=True, **self._tenacity_args(attempts_used))
+
+    def async_retrying(self, attempts_used: int = 0) -> tenacity.AsyncRetrying:
+        """The asyncio twin of :meth:`retrying`."""
+        return tenacity.AsyncRetrying(reraise=True, **self._tenacity_args(attempts_used))
+
+    def delay(self, attempt: int) -> float:
+        """Delay after attempt number ``attempt`` failed, jitter included."""
+        base = min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+        spread = base * self.jitter
+        return max(0.0, base + random.uniform(-spread, spread))
+
+    def _tenacity_args(self, attempts_used: int) -> dict[str, object]:
+        stop: tenacity.stop.stop_base = tenacity.stop_never
+        if self.max_attempts is not None:
+            stop = tenacity.stop_after_attempt(max(1, self.max_attempts - attempts_used))
+        if self.max_elapsed is not None:
+            stop = stop | tenacity.stop_after_delay(self.max_elapsed)
+        return {
+            "stop": stop,
+            "wait": _Backoff(self, attempts_used),
+            "retry": tenacity.retry_if_exception(self.retries),
+        }
+
+
+class _Backoff(wait_base):
+    """Exponential backoff with proportional jitter, numbered across crashes."""
+
+    def __init__(self, policy: RetryPolicy, attempts_used: int) -> None:
+        self.policy = policy
+        self.attempts_used = attempts_used
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return self.policy.delay(self.attempts_used + retry_state.attempt_number)
+
+
+DEFAULT_STEP_RETRY = RetryPolicy()
+"""Steps: three attempts, retried only on ``ConnectionError`` and ``TimeoutError``."""
+
+DEFAULT_RETRIABLE_RETRY = RetryPolicy(max_attempts=None, max_delay=30.0, retry_on=(Exception,))
+"""Retriable steps (after a pivot): retried on any error until they succeed."""
+
+DEFAULT_COMPENSATION_RETRY = RetryPolicy(max_attempts=5, retry_on=(Exception,))
+"""Compensations: five attempts on any error, then the saga is ``failed``."""
+
+STORE_RETRY = RetryPolicy(
+    max_attempts=None,
+    initial_delay=0.05,
+    max_delay=2.0,
+    retry_on=(StorageUnavailableError,),
+    max_elapsed=30.0,
+)
+"""Store calls after a lost connection: retried for up to 30 seconds."""

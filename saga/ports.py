@@ -1,0 +1,182 @@
+"""The storage port: the records saga keeps and the only storage words the core knows.
+
+A store keeps three things: saga instances, their steps (the success stack)
+and an append-only event history. Every change arrives as one
+:class:`Commit`, applied in one transaction and fenced by the saga's epoch:
+if the epoch moved on (another process claimed the saga) nothing is written
+and the store raises ``LeaseLostError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+from saga.status import SagaStatus, StepKind, StepStatus
+
+SagaKind = Literal["declarative", "imperative"]
+Stamp = Literal["started", "finished"] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One row of the success stack. JSON fields hold encoded text."""
+
+    name: str
+    seq: int
+    status: StepStatus
+    attempt: int
+    kind: StepKind = StepKind.COMPENSATABLE
+    transactional: bool = False
+    action_ref: str | None = None
+    compensation_ref: str | None = None
+    args: str | None = None
+    input_digest: str | None = None
+    result: str | None = None
+    output_digest: str | None = None
+    error: str | None = None
+    undo_attempt: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SagaRecord:
+    """One saga instance and, when loaded with it, its steps in seq order."""
+
+    id: str
+    name: str
+    key: str | None
+    kind: SagaKind
+    status: SagaStatus
+    input: str | None
+    version: str | None
+    owner: str | None
+    epoch: int
+    lease_expires_at: float | None = None
+    created_at: float | None = None
+    updated_at: float | None = None
+    error: str | None = None
+    deadline: float | None = None
+    cancel_requested: bool = False
+    steps: tuple[StepRecord, ...] = ()
+
+    def step(self, name: str) -> StepRecord | None:
+        return next((s for s in self.steps if s.name == name), None)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """A history entry to append, in the same transaction as its change."""
+
+    kind: str
+    step: str | None = None
+    attempt: int | None = None
+    detail: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EventRecord:
+    """A stored history entry."""
+
+    id: int
+    saga_id: str
+    at: float
+    kind: str
+    step: str | None
+    attempt: int | None
+    epoch: int | None
+    detail: dict[str, Any] | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepWrite:
+    """Write ``step`` (insert when ``new``); ``stamp`` sets that time column to now."""
+
+    step: StepRecord
+    new: bool = False
+    stamp: Stamp = None
+
+
+def _token() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Commit:
+    """Everything one transaction writes for one saga, fenced by ``epoch``.
+
+    ``token`` lets a retry after a lost commit acknowledgement recognise its
+    own earlier write. ``release`` drops the lease (the saga is terminal).
+    """
+
+    saga_id: str
+    epoch: int
+    status: SagaStatus | None = None
+    error: str | None = None
+    steps: tuple[StepWrite, ...] = ()
+    events: tuple[Event, ...] = ()
+    release: bool = False
+    token: str = dataclasses.field(default_factory=_token)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListQuery:
+    """Filters for listing sagas, newest first, one bounded page at a time."""
+
+    status: Sequence[SagaStatus] = ()
+    name: str | None = None
+    stuck: bool = False
+    older_than: float | None = None
+    before: str | None = None
+    limit: int = 100
+
+
+class SagaStore(Protocol):
+    """The port through which the core reads and writes sagas."""
+
+    url: str
+
+    def create_schema(self) -> None: ...
+
+    def schema_version(self) -> int | None: ...
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
+        """Insert ``saga`` and apply ``first``; on a (name, key) clash return the existing one."""
+        ...
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool:
+        """Apply ``change`` fenced by its epoch and renew the lease; return cancel_requested."""
+        ...
+
+    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
+        """Extend the lease; return cancel_requested. ``LeaseLostError`` if superseded."""
+        ...
+
+    def load(self, saga_id: str) -> SagaRecord | None: ...
+
+    def find(self, name: str, key: str) -> SagaRecord | None: ...
+
+    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+        """Take the saga (epoch + 1) unless another owner's lease is live (``SagaBusyError``)."""
+        ...
+
+    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+        """Claim up to ``limit`` sagas whose lease expired; return their ids."""
+        ...
+
+    def request_cancel(self, saga_id: str, event: Event) -> None: ...
+
+    def record_event(self, saga_id: str, event: Event) -> None: ...
+
+    def list(self, query: ListQuery) -> list[SagaRecord]: ...
+
+    def events(self, saga_id: str) -> list[EventRecord]: ...
+
+    def now(self) -> float:
+        """The database clock, in seconds since the epoch."""
+        ...
+
+    def close(self) -> None: ...

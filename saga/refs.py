@@ -1,0 +1,101 @@
+"""Function references (``module:qualname``) and the rule for trusting them.
+
+A context-manager saga stores the import path of each action and
+compensation so that another process can finish it. The database is not
+trusted to name code: a stored reference is resolved only to a function this
+process already knows (passed to ``s.step`` here, or declared in a ``Saga``)
+or to one living in a module the operator trusted (``--app``, or
+``Coordinator(trusted_modules=...)``), submodules included.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from saga.errors import UnsafeReferenceError
+
+_known: dict[str, Callable[..., Any]] = {}
+
+
+def reference_of(fn: object, role: str) -> str:
+    """The import path of ``fn``, remembered as known; refuse what cannot be imported."""
+    problem = _unimportable(fn)
+    if problem is not None:
+        raise UnsafeReferenceError(
+            f"{role} {_describe(fn)} {problem}; saga stores functions by import path so that "
+            "another process can run them: pass a module-level function"
+        )
+    assert callable(fn)
+    ref = f"{fn.__module__}:{fn.__qualname__}"
+    _known[ref] = fn
+    return ref
+
+
+def _unimportable(fn: object) -> str | None:
+    if isinstance(fn, functools.partial):
+        return "is a functools.partial"
+    if inspect.ismethod(fn):
+        return "is a bound method"
+    if not inspect.isfunction(fn):
+        return "is not a plain function"
+    if fn.__name__ == "<lambda>":
+        return "is a lambda"
+    if "<locals>" in fn.__qualname__:
+        return "is a closure or nested function"
+    if _lookup(fn.__module__, fn.__qualname__) is not fn:
+        return f"cannot be found again as {fn.__module__}:{fn.__qualname__}"
+    return None
+
+
+def _describe(fn: object) -> str:
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    return repr(name)
+
+
+def _lookup(module_name: str, qualname: str) -> object:
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    for part in qualname.split("."):
+        target = getattr(target, part, None)
+    return target
+
+
+class Resolver:
+    """Resolves stored references, trusting only known functions and named modules."""
+
+    def __init__(self, trusted_modules: Iterable[str] = ()) -> None:
+        self.trusted_modules = tuple(trusted_modules)
+
+    def trust(self, module: str) -> None:
+        """Trust every function in ``module`` and its submodules."""
+        self.trusted_modules = (*self.trusted_modules, module)
+
+    def resolve(self, ref: str) -> Callable[..., Any]:
+        """The function named by ``ref``, or ``UnsafeReferenceError``."""
+        known = _known.get(ref)
+        if known is not None:
+            return known
+        module_name, _, qualname = ref.partition(":")
+        if not qualname or not self._is_trusted(module_name):
+            raise UnsafeReferenceError(
+                f"stored reference {ref!r} is not a function this process knows; refused. "
+                "Import the module that defines it with --app (or trusted_modules=...)"
+            )
+        target = _lookup(module_name, qualname)
+        if not inspect.isfunction(target) or f"{target.__module__}:{target.__qualname__}" != ref:
+            raise UnsafeReferenceError(
+                f"stored reference {ref!r} does not name a function in a trusted module; refused"
+            )
+        return target
+
+    def _is_trusted(self, module_name: str) -> bool:
+        return any(
+            module_name == trusted or module_name.startswith(trusted + ".")
+            for trusted in self.trusted_modules
+        )

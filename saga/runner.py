@@ -1,0 +1,311 @@
+"""The thread driver: carries out the engine's decisions against a store.
+
+It runs actions and compensations (with tenacity, the attempts made durable
+before each one runs), writes what the engine builds, and raises what the
+caller must see. It decides nothing on its own.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from saga import engine, faults
+from saga.codec import decode, encode
+from saga.context import StepContext, entered
+from saga.definition import Saga, Step
+from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.lease import Heartbeat
+from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
+from saga.ports import Event, SagaRecord, SagaStore, StepRecord, StepWrite
+from saga.refs import Resolver
+from saga.status import SagaStatus, StepStatus
+
+Action = Callable[[StepContext], Any]
+
+
+@dataclasses.dataclass
+class Cursor:
+    """The latest durable record of a saga, advanced by the writes of a step's retries."""
+
+    record: SagaRecord
+
+
+@dataclasses.dataclass
+class Runner:
+    """Executes sagas for one coordinator."""
+
+    store: SagaStore
+    lease_ttl: float
+    payload_limit: int
+    resolver: Resolver
+    heartbeat: Heartbeat
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(
+        self,
+        record: SagaRecord,
+        writes: Sequence[StepWrite] = (),
+        events: Sequence[Event] = (),
+        status: SagaStatus | None = None,
+        error: str | None = None,
+    ) -> SagaRecord:
+        """Commit changes to ``record`` (fenced) and return the record as it now stands."""
+        change = engine.commit(record, writes, events, status, error)
+        cancel = self.store.commit(change, self.lease_ttl)
+        return dataclasses.replace(engine.apply(record, change), cancel_requested=cancel)
+
+    # -- forward ----------------------------------------------------------------------------
+
+    def forward(
+        self, saga: Saga, record: SagaRecord, started: engine.RunStep | None = None
+    ) -> SagaRecord:
+        """Run a declarative saga's remaining steps; unwind and raise on failure.
+
+        ``started`` is a step whose start is already durable (the first step
+        of a new saga is recorded with the saga itself).
+        """
+        carried: list[StepWrite] = []
+        carried_events: list[Event] = []
+        ahead = record
+        while True:
+            decision = started or engine.next_forward(saga, ahead)
+            if isinstance(decision, engine.Complete):
+                done = engine.moved(record, SagaStatus.COMPLETED)
+                return self.write(
+                    record, carried, [*carried_events, done], status=SagaStatus.COMPLETED
+                )
+            if isinstance(decision, engine.GiveUp):
+                record = self.write(record, carried, carried_events) if carried else record
+                reason = f"gave up after {decision.attempts} attempts that never returned"
+                raise self.fail(record, decision.name, reason, saga)
+            step = saga.by_name(decision.name)
+            assert step is not None
+            if started is None:
+                record = self._start(record, ahead, step, decision.attempt, carried, carried_events)
+                if record.cancel_requested and not engine.past_pivot(record):
+                    raise self.cancelled(record, saga)
+            started = None
+            cursor = Cursor(record)
+            result = self._run_step(cursor, step.name, decision.attempt, step, saga)
+            record = cursor.record
+            encoded = encode(result, f"result of step {step.name!r}", self.payload_limit)
+            write, event = engine.succeeded(record, step.name, encoded)
+            carried, carried_events = [write], [event]
+            ahead = engine.apply(record, engine.commit(record, carried))
+
+    def _start(
+        self,
+        record: SagaRecord,
+        ahead: SagaRecord,
+        step: Step,
+        attempt: int,
+        carried: list[StepWrite],
+        carried_events: list[Event],
+    ) -> SagaRecord:
+        """Make the start of ``step`` durable, with whatever the last step left to write."""
+        template = engine.template(ahead, step.name, step.kind, step.transactional)
+        start = engine.start(ahead, template, attempt)
+        faults.point("before_start_commit", step.name)
+        events = [*carried_events, *engine.started_event(start)]
+        record = self.write(record, [*carried, start], events)
+        faults.point("after_start_commit", step.name)
+        return record
+
+    def _run_step(self, cursor: Cursor, name: str, attempt: int, step: Step, saga: Saga) -> Any:
+        data = decode(cursor.record.input)
+        try:
+            return self.attempts(cursor, name, attempt, step.retry, step.timeout, step.fn, data)
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as error:
+            raise self.fail(cursor.record, name, error, saga) from error
+
+    def attempts(
+        self,
+        cursor: Cursor,
+        name: str,
+        attempt: int,
+        policy: RetryPolicy,
+        timeout: float | None,
+        action: Action,
+        data: Any = None,
+    ) -> Any:
+        """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first."""
+        last_error: str | None = None
+        for retry_state in policy.retrying(attempts_used=attempt - 1):
+            with retry_state:
+                number = attempt - 1 + retry_state.retry_state.attempt_number
+                if number > attempt:
+                    record = cursor.record
+                    start = engine.start(record, _recorded(record, name), number)
+                    events = engine.started_event(start, last_error)
+                    cursor.record = self.write(record, [start], events)
+                context = self._context(cursor.record, name, number, data)
+                try:
+                    result = _call(action, context, timeout, name)
+                except Exception as error:
+                    last_error = engine.describe(error)
+                    raise
+                faults.point("after_action", name)
+                return result
+        raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    def _context(self, record: SagaRecord, name: str, attempt: int, data: Any) -> StepContext:
+        return StepContext(
+            saga_id=record.id,
+            saga_name=record.name,
+            step=name,
+            attempt=attempt,
+            epoch=record.epoch,
+            data=data,
+            results=results_of(record),
+        )
+
+    # -- failing and unwinding -------------------------------------------------------------
+
+    def fail(
+        self, record: SagaRecord, name: str, error: BaseException | str, saga: Saga | None
+    ) -> SagaFailed:
+        """Record step ``name``'s failure, unwind if allowed; return what to raise."""
+        text = error if isinstance(error, str) else engine.describe(error)
+        write, event = engine.failed(record, name, text)
+        if engine.past_pivot(record):
+            stop = engine.moved(record, SagaStatus.FAILED, reason="failed after the pivot")
+            record = self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
+            return SagaFailed(record.id, SagaStatus.FAILED, name)
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
+        record = self.write(record, [write], [event, turn], SagaStatus.COMPENSATING, text)
+        return self._unwound(record, saga, name)
+
+    def cancelled(self, record: SagaRecord, saga: Saga | None) -> SagaFailed:
+        """Turn a cancel request into unwinding; return what to raise."""
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason="cancel requested")
+        record = self.write(record, [], [turn], SagaStatus.COMPENSATING)
+        return self._unwound(record, saga, None)
+
+    def _unwound(self, record: SagaRecord, saga: Saga | None, name: str | None) -> SagaFailed:
+        try:
+            record = self.unwind(record, saga)
+        except SagaFailed as failure:
+            failure.failed_step = name
+            return failure
+        return SagaFailed(record.id, record.status, name)
+
+    def unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaRecord:
+        """Compensate every step that may have acted, newest first, then finish."""
+        faults.point("before_unwind", None)
+        for step in engine.undo_stack(record):
+            record = self._undo(record, step, saga, fresh)
+        status = engine.unwound_status(record)
+        faults.point("before_final_commit", None)
+        record = self.write(record, [], [engine.moved(record, status)], status)
+        faults.point("after_final_commit", None)
+        return record
+
+    def _undo(self, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool) -> SagaRecord:
+        call, policy = self._compensation(record, step, saga)
+        if call is None:
+            return record
+        used = 0 if fresh else step.undo_attempt
+        if not policy.allows(used + 1):
+            return self._undo_exhausted(record, step.name, "compensation attempts used up")
+        try:
+            for retry_state in policy.retrying(attempts_used=used):
+                with retry_state:
+                    write, event = engine.undo_started(record, step.name)
+                    faults.point("before_undo", step.name)
+                    record = self.write(record, [write], [event])
+                    context = self._undo_context(record, step.name)
+                    _call(call, context, None, step.name)
+                    faults.point("after_undo", step.name)
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as error:
+            return self._undo_exhausted(record, step.name, engine.describe(error), error)
+        write, event = engine.undone(record, step.name)
+        record = self.write(record, [write], [event])
+        faults.point("after_undo_commit", step.name)
+        return record
+
+    def _undo_exhausted(
+        self, record: SagaRecord, name: str, text: str, cause: BaseException | None = None
+    ) -> SagaRecord:
+        write, event = engine.undo_failed(record, name, text)
+        stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
+        record = self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
+        raise SagaFailed(record.id, SagaStatus.FAILED, None) from cause
+
+    def _compensation(
+        self, record: SagaRecord, step: StepRecord, saga: Saga | None
+    ) -> tuple[Action | None, RetryPolicy]:
+        if record.kind == "declarative":
+            assert saga is not None
+            declared = saga.by_name(step.name)
+            if declared is None or declared.undo is None:
+                return None, declared.undo_retry if declared else RetryPolicy()
+            undo = declared.undo
+            return (lambda context: undo(context)), declared.undo_retry
+        if step.compensation_ref is None:
+            return None, RetryPolicy()
+        function = self.resolver.resolve(step.compensation_ref)
+        args = decode(step.args) or {"args": [], "kwargs": {}}
+
+        def undo_call(context: StepContext) -> Any:
+            return function(context.result, *args["args"], **args["kwargs"])
+
+        return undo_call, DEFAULT_COMPENSATION_RETRY
+
+    def _undo_context(self, record: SagaRecord, name: str) -> StepContext:
+        step = _recorded(record, name)
+        result = decode(step.result) if step.result is not None else None
+        return dataclasses.replace(
+            self._context(record, name, step.undo_attempt, decode(record.input)),
+            result=result,
+            compensating=True,
+        )
+
+
+def results_of(record: SagaRecord) -> dict[str, Any]:
+    """Results of the steps that succeeded, by name."""
+    return {
+        s.name: decode(s.result)
+        for s in record.steps
+        if s.status is StepStatus.SUCCEEDED and s.result is not None
+    }
+
+
+def _recorded(record: SagaRecord, name: str) -> StepRecord:
+    step = record.step(name)
+    assert step is not None, name
+    return step
+
+
+def _call(action: Action, context: StepContext, timeout: float | None, name: str) -> Any:
+    """Run ``action`` as the current step; give up waiting after ``timeout`` seconds."""
+    if timeout is None:
+        with entered(context):
+            return action(context)
+    outcome: dict[str, Any] = {}
+    snapshot = contextvars.copy_context()
+
+    def target() -> None:
+        with entered(context):
+            try:
+                outcome["result"] = action(context)
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = error
+
+    thread = threading.Thread(target=snapshot.run, args=(target,), daemon=True)
+    thread.name = f"saga-step-{name}"
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise StepTimeoutError(name, timeout)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]

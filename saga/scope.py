@@ -1,0 +1,268 @@
+"""Context-manager sagas: ``with coord.saga(name, key=...) as s: s.step(fn, ...)``.
+
+Each ``s.step`` stores the import paths of its function and compensation and
+its JSON arguments, so that any process can compensate the saga. Re-entering
+the block with the same key continues the same saga: steps already done
+return their recorded results without running again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from saga import engine, faults
+from saga.codec import decode, encode
+from saga.errors import (
+    INFRASTRUCTURE_ERRORS,
+    DefinitionError,
+    OperationRefusedError,
+    SagaFailed,
+)
+from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
+from saga.ports import Event, SagaRecord, StepRecord
+from saga.refs import reference_of
+from saga.runner import Cursor
+from saga.status import SagaStatus, StepKind, StepStatus
+
+if TYPE_CHECKING:
+    from saga.coordinator import Coordinator
+
+
+class SagaScope:
+    """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
+
+    def __init__(self, coordinator: Coordinator, name: str, key: str | None) -> None:
+        self.coordinator = coordinator
+        self.runner = coordinator.runner
+        self.name = name
+        self.key = key
+        self.id = str(uuid.uuid4())
+        self._record: SagaRecord | None = None
+        self._calls = 0
+        self._names: Counter[str] = Counter()
+        self._failed_step: str | None = None
+        self._holding: Any = None
+
+    @property
+    def status(self) -> SagaStatus | None:
+        return None if self._record is None else self._record.status
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """Results of the steps done so far, by step name."""
+        from saga.runner import results_of
+
+        return {} if self._record is None else results_of(self._record)
+
+    def __enter__(self) -> SagaScope:
+        if self.key is None:
+            return self
+        existing = self.coordinator.store.find(self.name, self.key)
+        if existing is None:
+            return self
+        self.id = existing.id
+        if existing.kind != "imperative":
+            raise OperationRefusedError(
+                existing.id, f"saga {self.name!r} key {self.key!r} is a declarative saga"
+            )
+        if existing.status is SagaStatus.COMPLETED:
+            self._record = existing
+            return self
+        if existing.status is not SagaStatus.RUNNING:
+            raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
+        claim = Event("lease_claimed", detail={"why": "re-entered"})
+        store, coordinator = self.coordinator.store, self.coordinator
+        self._record = store.claim(existing.id, coordinator.owner, coordinator.lease_ttl, claim)
+        self._hold()
+        return self
+
+    def step(
+        self,
+        fn: Any,
+        *args: Any,
+        compensate: Any = None,
+        transactional: bool = False,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        step_name: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as the next step; ``compensate(result, *args, **kwargs)``
+        undoes it. Both must be module-level functions and the arguments JSON values."""
+        action_ref = reference_of(fn, "step function")
+        undo_ref = None if compensate is None else reference_of(compensate, "compensation")
+        name = self._next_name(step_name or fn.__name__)
+        arguments = encode(
+            {"args": list(args), "kwargs": kwargs},
+            f"arguments of step {name!r}",
+            self.runner.payload_limit,
+        )
+        self._calls += 1
+        recorded = self._replayed(self._calls, name, arguments.digest)
+        if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
+            return decode(recorded.result)
+        self._refuse_unless_running()
+        template = StepRecord(
+            name=name,
+            seq=self._calls,
+            status=StepStatus.PENDING,
+            attempt=0,
+            kind=StepKind.COMPENSATABLE,
+            transactional=transactional,
+            action_ref=action_ref,
+            compensation_ref=undo_ref,
+            args=arguments.text,
+            input_digest=arguments.digest,
+        )
+        attempt = 1 if recorded is None else recorded.attempt + 1
+        self._begin(template, attempt)
+        return self._run(name, attempt, retry or DEFAULT_STEP_RETRY, timeout, fn, args, kwargs)
+
+    def _next_name(self, base: str) -> str:
+        self._names[base] += 1
+        count = self._names[base]
+        return base if count == 1 else f"{base}#{count}"
+
+    def _replayed(self, seq: int, name: str, input_digest: str) -> StepRecord | None:
+        """The recorded step this call continues, checked to be the same call."""
+        if self._record is None:
+            return None
+        recorded = next((s for s in self._record.steps if s.seq == seq), None)
+        if recorded is None:
+            return None
+        if recorded.name != name or recorded.input_digest != input_digest:
+            raise DefinitionError(
+                f"saga {self.id}: call {seq} is {name!r} with these arguments, but the saga "
+                f"recorded {recorded.name!r} with others; the block must make the same calls "
+                "in the same order when it is re-entered"
+            )
+        return recorded
+
+    def _refuse_unless_running(self) -> None:
+        if self._record is not None and self._record.status is not SagaStatus.RUNNING:
+            raise OperationRefusedError(
+                self.id, f"saga {self.id} is {self._record.status.value}; no new step can start"
+            )
+        if self._failed_step is not None:
+            raise OperationRefusedError(
+                self.id, f"saga {self.id} is unwinding since step {self._failed_step!r} failed"
+            )
+
+    def _begin(self, template: StepRecord, attempt: int) -> None:
+        """Make the start of the step durable (creating the saga with its first step)."""
+        start = engine.start(self._record, template, attempt)
+        events = list(engine.started_event(start))
+        faults.point("before_start_commit", template.name)
+        if self._record is None:
+            self._create(start, events)
+        else:
+            self._record = self.runner.write(self._record, [start], events)
+        faults.point("after_start_commit", template.name)
+        if self._record is not None and self._record.cancel_requested:
+            raise self.runner.cancelled(self._record, None)
+
+    def _create(self, start: Any, events: list[Event]) -> None:
+        coordinator = self.coordinator
+        record = SagaRecord(
+            id=self.id,
+            name=self.name,
+            key=self.key,
+            kind="imperative",
+            status=SagaStatus.RUNNING,
+            input=None,
+            version=None,
+            owner=coordinator.owner,
+            epoch=1,
+        )
+        change = engine.commit(record, [start], [Event("saga_started"), *events])
+        stored, created = coordinator.store.create(record, change, coordinator.lease_ttl)
+        if not created:
+            raise OperationRefusedError(
+                stored.id,
+                f"saga {self.name!r} key {self.key!r} was started by another process meanwhile",
+            )
+        self._record = engine.apply(record, change)
+        self._hold()
+
+    def _run(
+        self,
+        name: str,
+        attempt: int,
+        policy: RetryPolicy,
+        timeout: float | None,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        assert self._record is not None
+        cursor = Cursor(self._record)
+        try:
+            result = self.runner.attempts(
+                cursor, name, attempt, policy, timeout, lambda _context: fn(*args, **kwargs)
+            )
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as error:
+            self._record = cursor.record
+            self._failed_step = name
+            raise
+        self._record = cursor.record
+        encoded = encode(result, f"result of step {name!r}", self.runner.payload_limit)
+        write, event = engine.succeeded(self._record, name, encoded)
+        self._record = self.runner.write(self._record, [write], [event])
+        faults.point("after_success_commit", name)
+        return result
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        try:
+            if error is None and self._failed_step is None:
+                self._complete()
+            elif error is None or isinstance(error, Exception):
+                if not isinstance(error, INFRASTRUCTURE_ERRORS + (SagaFailed,)):
+                    failure = self._unwind(error)
+                    raise failure from error
+        finally:
+            self._release()
+
+    def _complete(self) -> None:
+        record = self._record
+        if record is None or record.status is not SagaStatus.RUNNING:
+            return
+        done = engine.moved(record, SagaStatus.COMPLETED)
+        self._record = self.runner.write(record, [], [done], SagaStatus.COMPLETED)
+        faults.point("after_final_commit", None)
+
+    def _unwind(self, error: BaseException | None) -> SagaFailed:
+        record = self._record
+        if record is None:  # nothing was recorded, so nothing to undo
+            return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
+        if record.status is not SagaStatus.RUNNING:
+            return SagaFailed(record.id, record.status, self._failed_step)
+        if self._failed_step is not None:
+            return self.runner.fail(record, self._failed_step, error or "failed", None)
+        reason = engine.describe(error) if error else "block failed"
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason=reason)
+        record = self.runner.write(record, [], [turn], SagaStatus.COMPENSATING, reason)
+        try:
+            record = self.runner.unwind(record, None)
+        except SagaFailed as failure:
+            return failure
+        return SagaFailed(record.id, record.status, None)
+
+    def _hold(self) -> None:
+        assert self._record is not None
+        self._holding = self.coordinator.heartbeat.holding(self._record.id, self._record.epoch)
+        self._holding.__enter__()
+
+    def _release(self) -> None:
+        if self._holding is not None:
+            self._holding.__exit__(None, None, None)
+            self._holding = None

@@ -1,0 +1,88 @@
+"""Statuses of sagas and steps, and the only transitions between them."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from saga.errors import IllegalTransitionError
+
+
+class SagaStatus(str, Enum):
+    """Where a saga stands. The last four are terminal."""
+
+    RUNNING = "running"
+    COMPENSATING = "compensating"
+    COMPLETED = "completed"
+    COMPENSATED = "compensated"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+
+    @property
+    def is_finished(self) -> bool:
+        """Finished for good: ``failed`` is terminal but waits for an operator."""
+        return self.is_terminal and self is not SagaStatus.FAILED
+
+
+class StepStatus(str, Enum):
+    """Where one step stands. ``pending`` and ``skipped`` are never stored."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    SKIPPED = "skipped"
+
+
+class StepKind(str, Enum):
+    """Garcia-Molina & Salem's step kinds."""
+
+    COMPENSATABLE = "compensatable"
+    PIVOT = "pivot"
+    RETRIABLE = "retriable"
+
+
+_SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
+    SagaStatus.RUNNING: frozenset(
+        {SagaStatus.COMPLETED, SagaStatus.COMPENSATING, SagaStatus.FAILED}
+    ),
+    SagaStatus.COMPENSATING: frozenset(
+        {SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.FAILED}
+    ),
+    # An operator may retry the compensation of a failed saga.
+    SagaStatus.FAILED: frozenset({SagaStatus.COMPENSATING}),
+    SagaStatus.COMPLETED: frozenset(),
+    SagaStatus.COMPENSATED: frozenset(),
+    SagaStatus.CANCELLED: frozenset(),
+}
+
+_STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
+    StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED}),
+    # running -> running is the next attempt of the same step.
+    StepStatus.RUNNING: frozenset(
+        {StepStatus.RUNNING, StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.COMPENSATING}
+    ),
+    StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    # compensating -> compensating is the next attempt of the compensation.
+    StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),
+    StepStatus.COMPENSATED: frozenset(),
+    StepStatus.SKIPPED: frozenset(),
+}
+
+
+def check_saga_move(saga_id: str, old: SagaStatus, new: SagaStatus) -> None:
+    """Raise ``IllegalTransitionError`` unless ``old -> new`` is allowed."""
+    if old is not new and new not in _SAGA_MOVES[old]:
+        raise IllegalTransitionError(f"saga {saga_id}: {old.value} -> {new.value} is not allowed")
+
+
+def check_step_move(step: str, old: StepStatus, new: StepStatus) -> None:
+    """Raise ``IllegalTransitionError`` unless ``old -> new`` is allowed."""
+    if new not in _STEP_MOVES[old]:
+        raise IllegalTransitionError(f"step {step!r}: {old.value} -> {new.value} is not allowed")

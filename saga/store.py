@@ -1,0 +1,44 @@
+"""Choosing a store from a URL; the backend is imported only when asked for."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from saga.errors import ConfigurationError
+from saga.policy import STORE_RETRY, RetryPolicy
+from saga.ports import SagaStore
+
+DEFAULT_URL = "sqlite:///saga.db"
+_log = logging.getLogger("saga")
+
+
+def default_url() -> str:
+    """``$SAGA_DATABASE_URL``, else the embedded SQLite file ``saga.db``."""
+    return os.environ.get("SAGA_DATABASE_URL") or DEFAULT_URL
+
+
+def normalise_url(url: str) -> str:
+    """Accept plain ``postgresql://`` and ``postgres://`` as psycopg 3 URLs."""
+    for prefix in ("postgresql://", "postgres://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def open_store(url: str | None = None, retry: RetryPolicy = STORE_RETRY) -> SagaStore:
+    """The store for ``url`` (default: :func:`default_url`)."""
+    url = normalise_url(url or default_url())
+    scheme = url.split(":", 1)[0]
+    if scheme in ("sqlite", "postgresql+psycopg"):
+        from saga.adapters.sql import masked, open_sql_store
+
+        _log.debug("saga store: %s", masked(url))
+        return open_sql_store(url, retry)
+    if scheme == "memory":
+        from saga.adapters.memory import InMemorySagaStore
+
+        return InMemorySagaStore()
+    raise ConfigurationError(
+        f"unknown database URL scheme {scheme!r}; use postgresql+psycopg://... or sqlite:///FILE"
+    )
