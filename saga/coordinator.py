@@ -109,10 +109,8 @@ class Coordinator:
         """
         definition = self._definition(saga)
         payload = encode(data, "input", self.runner.payload_limit)
-        if key is not None:
-            existing = self.store.find(definition.name, key)
-            if existing is not None:
-                return self._rerun(definition, existing, payload.text)
+        # No lookup by key first: creation clashes on (name, key) and returns
+        # the existing saga, so a new saga costs no read-only round trip.
         record = SagaRecord(
             id=str(uuid.uuid4()),
             name=definition.name,

@@ -92,6 +92,7 @@ class Saga:
         self.max_concurrency = max_concurrency
         self.deadline = deadline
         self.steps: list[Step] = []
+        self._plan: tuple[dict[str, tuple[str, ...]], list[Step], str] | None = None
         _catalog[name] = self
 
     def __repr__(self) -> str:
@@ -143,12 +144,24 @@ class Saga:
                 transactional=transactional,
             )
             self.steps.append(step)
+            self._plan = None
             return step
 
         return declare(fn) if fn is not None else declare
 
     def dependencies(self) -> dict[str, tuple[str, ...]]:
         """Each step's prerequisites, with the implicit 'the step before' made explicit."""
+        return self._planned()[0]
+
+    def _planned(self) -> tuple[dict[str, tuple[str, ...]], list[Step], str]:
+        # Computed once per shape: the engine asks for it at every step.
+        if self._plan is None:
+            deps = self._dependencies()
+            order = self._order(deps) if not _find_cycle(deps) else list(self.steps)
+            self._plan = (deps, order, self._version(deps))
+        return self._plan
+
+    def _dependencies(self) -> dict[str, tuple[str, ...]]:
         deps: dict[str, tuple[str, ...]] = {}
         previous: str | None = None
         for step in self.steps:
@@ -187,23 +200,29 @@ class Saga:
 
     def order(self) -> list[Step]:
         """Steps in a valid execution order, declaration order among ready steps."""
-        deps = self.dependencies()
+        return self._planned()[1]
+
+    def _order(self, deps: dict[str, tuple[str, ...]]) -> list[Step]:
         done: set[str] = set()
         ordered: list[Step] = []
         while len(ordered) < len(self.steps):
-            for step in self.steps:
-                if step.name not in done and all(d in done for d in deps[step.name]):
-                    ordered.append(step)
-                    done.add(step.name)
-                    break
+            ready = [
+                s for s in self.steps
+                if s.name not in done and all(d in done for d in deps.get(s.name, ()))
+            ]
+            if not ready:  # unknown dependency: validate() reports it
+                return list(self.steps)
+            ordered.append(ready[0])
+            done.add(ready[0].name)
         return ordered
 
     @property
     def version(self) -> str:
         """A digest of the saga's shape: steps, kinds and dependencies."""
-        shape = [[s.name, s.kind.value, list(d)] for s, d in zip(
-            self.steps, self.dependencies().values(), strict=True
-        )]
+        return self._planned()[2]
+
+    def _version(self, deps: dict[str, tuple[str, ...]]) -> str:
+        shape = [[s.name, s.kind.value, list(deps[s.name])] for s in self.steps]
         return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
 
     def by_name(self, step_name: str) -> Step | None:

@@ -180,8 +180,11 @@ def moved(record: SagaRecord, status: SagaStatus, **detail: object) -> Event:
     return Event(f"saga_{status.value}", detail=dict(detail) or None)
 
 
-def apply(record: SagaRecord, change: Commit) -> SagaRecord:
-    """``record`` as it is once ``change`` committed (timestamps aside)."""
+def apply(record: SagaRecord, change: Commit, cancel: bool | None = None) -> SagaRecord:
+    """``record`` as it is once ``change`` committed (timestamps aside).
+
+    ``cancel`` is the cancel flag the commit read back, when it read one.
+    """
     steps = {s.seq: s for s in record.steps}
     for write in change.steps:
         steps[write.step.seq] = write.step
@@ -191,6 +194,7 @@ def apply(record: SagaRecord, change: Commit) -> SagaRecord:
         error=change.error if change.error is not None else record.error,
         owner=None if change.release else record.owner,
         steps=tuple(steps[seq] for seq in sorted(steps)),
+        cancel_requested=record.cancel_requested if cancel is None else cancel,
     )
 
 

@@ -57,7 +57,7 @@ class Runner:
         """Commit changes to ``record`` (fenced) and return the record as it now stands."""
         change = engine.commit(record, writes, events, status, error)
         cancel = self.store.commit(change, self.lease_ttl)
-        return dataclasses.replace(engine.apply(record, change), cancel_requested=cancel)
+        return engine.apply(record, change, cancel)
 
     # -- forward ----------------------------------------------------------------------------
 

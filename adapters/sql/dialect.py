@@ -6,6 +6,18 @@ from typing import Any, Protocol
 
 from sqlalchemy import ColumnElement, Engine, Insert, Select, Table
 
+from saga.ports import Commit, SagaRecord
+
+
+class HotPath(Protocol):
+    """Creation and commits, applied without the portable path's round trips."""
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool: ...
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool | None: ...
+
+    def close(self) -> None: ...
+
 
 class Dialect(Protocol):
     """Backend details the portable store asks for."""
@@ -13,6 +25,10 @@ class Dialect(Protocol):
     name: str
 
     def create_engine(self, url: str) -> Engine: ...
+
+    def hot_path(self, url: str) -> HotPath | None:
+        """A faster way to create sagas and apply commits, if the backend has one."""
+        ...
 
     def now(self) -> ColumnElement[float]:
         """The database clock as seconds since the epoch."""

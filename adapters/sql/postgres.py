@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, func, text
 from sqlalchemy.dialects.postgresql import insert
+
+from saga.errors import StorageError, StorageUnavailableError
 
 _SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
 
@@ -14,14 +18,30 @@ class PostgresDialect:
     name = "postgresql"
 
     def create_engine(self, url: str) -> Engine:
+        # No pool_pre_ping: it would cost a round trip per transaction. A dead
+        # connection fails the statement instead, SQLAlchemy invalidates the
+        # pool, and the store's retry (which recognises its own earlier commit)
+        # runs it again on a fresh connection.
         return create_engine(
             url,
-            # A terminated backend is noticed before a statement is sent on it.
-            pool_pre_ping=True,
             # Bound values (user payloads) stay out of error messages.
             hide_parameters=True,
             connect_args={"connect_timeout": 5},
         )
+
+    def hot_path(self, url: str) -> Any:
+        """Single-statement commits on their own autocommit pool (no BEGIN/COMMIT)."""
+        from .pg_writer import PostgresHotPath
+
+        engine = create_engine(
+            url,
+            hide_parameters=True,
+            isolation_level="AUTOCOMMIT",
+            # Autocommit connections never hold a transaction: nothing to roll back.
+            pool_reset_on_return=None,
+            connect_args={"connect_timeout": 5},
+        )
+        return PostgresHotPath(engine)
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.
@@ -36,3 +56,30 @@ class PostgresDialect:
 
     def lock_schema(self, connection: Any) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+
+
+def execute_one(engine: Engine, statement: str, params: dict[str, Any]) -> Any:
+    """Run one statement on a raw psycopg connection; return its first row (or None).
+
+    Driver errors become saga's: a broken connection is thrown away and
+    reported as ``StorageUnavailableError`` (retried by the store).
+    """
+    connection = engine.raw_connection()
+    try:
+        cursor = connection.cursor()
+        cursor.execute(statement, params)
+        row = cursor.fetchone()
+        cursor.close()
+        return row
+    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        connection.invalidate()
+        raise StorageUnavailableError(_first_line(error)) from error
+    except psycopg.Error as error:
+        raise StorageError(_first_line(error)) from error
+    finally:
+        connection.close()
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -24,6 +24,10 @@ class SqliteDialect:
         event.listen(engine, "begin", _begin_immediate)
         return engine
 
+    def hot_path(self, url: str) -> None:
+        """None: SQLite has no round trips to save; the portable path is the hot path."""
+        del url
+
     def now(self) -> ColumnElement[float]:
         # julianday('now') has millisecond precision, unlike CURRENT_TIMESTAMP.
         return (func.julianday("now") - _UNIX_EPOCH_JULIAN_DAY) * 86400.0
@@ -47,7 +51,7 @@ def _configure_connection(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     # FULL: a commit survives power loss too, not only a process crash.
     cursor.execute("PRAGMA synchronous=FULL")
-    # Deleting a saga deletes its steps and events (ON DELETE CASCADE).
+    # Enforce foreign keys if a user's own tables in this file declare them.
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_SECONDS * 1000)}")
     cursor.close()

@@ -59,6 +59,7 @@ class SqlSagaStore:
         self.dialect = dialect
         self.retry = retry
         self.engine = dialect.create_engine(url)
+        self.hot = dialect.hot_path(url)
         self._schema_ready = False
 
     # -- plumbing ---------------------------------------------------------------
@@ -78,10 +79,22 @@ class SqlSagaStore:
 
     def _transaction(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one transaction, retried while the database is unreachable."""
+        return self._retried(lambda: self._once(work))
+
+    def _once(self, work: Callable[[Connection], T]) -> T:
         self._ensure_schema()
-        for attempt in self.retry.retrying():
-            with attempt, self._translated(), self.engine.begin() as connection:
-                return work(connection)
+        with self._translated(), self.engine.begin() as connection:
+            return work(connection)
+
+    def _retried(self, work: Callable[[], T]) -> T:
+        """``work()``; while the database is unreachable, tenacity retries it with backoff."""
+        try:  # the common case pays nothing for the retry machinery
+            return work()
+        except StorageUnavailableError:
+            pass
+        for attempt in self.retry.retrying(attempts_used=1):
+            with attempt:
+                return work()
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
 
     def _ensure_schema(self) -> None:
@@ -115,6 +128,8 @@ class SqlSagaStore:
 
     def close(self) -> None:
         self.engine.dispose()
+        if self.hot is not None:
+            self.hot.close()
 
     def now(self) -> float:
         return self._transaction(lambda c: float(c.execute(select(self.dialect.now())).scalar_one()))
@@ -142,7 +157,14 @@ class SqlSagaStore:
             self._write_body(connection, first)
             return saga, True
 
-        return self._transaction(work)
+        def hot() -> tuple[SagaRecord, bool]:
+            self._ensure_schema()
+            assert self.hot is not None
+            if self.hot.create(saga, first, lease_ttl):
+                return saga, True
+            return self._once(lambda connection: self._clash(connection, saga))
+
+        return self._retried(hot if self.hot is not None else lambda: self._once(work))
 
     def _clash(self, connection: Connection, saga: SagaRecord) -> tuple[SagaRecord, bool]:
         """The row ``saga`` clashed with: ours if a lost acknowledgement hid our insert."""
@@ -156,21 +178,27 @@ class SqlSagaStore:
         return existing, False
 
     def commit(self, change: Commit, lease_ttl: float) -> bool:
-        def work(connection: Connection) -> bool:
-            return self._commit(connection, change, lease_ttl)
+        tries = 0
 
-        first_try = True
-
-        def work_or_recognise(connection: Connection) -> bool:
-            nonlocal first_try
-            if not first_try:
-                landed = self._landed(connection, change)
+        def apply_or_recognise() -> bool:
+            nonlocal tries
+            tries += 1
+            if tries > 1:  # the last try may have committed before its connection dropped
+                landed = self._once(lambda connection: self._landed(connection, change))
                 if landed is not None:
                     return landed
-            first_try = False
-            return work(connection)
+            return self._apply(change, lease_ttl)
 
-        return self._transaction(work_or_recognise)
+        return self._retried(apply_or_recognise)
+
+    def _apply(self, change: Commit, lease_ttl: float) -> bool:
+        if self.hot is None:
+            return self._once(lambda connection: self._commit(connection, change, lease_ttl))
+        self._ensure_schema()
+        cancel = self.hot.commit(change, lease_ttl)
+        if cancel is None:
+            raise LeaseLostError(change.saga_id, change.epoch)
+        return cancel
 
     def _landed(self, connection: Connection, change: Commit) -> bool | None:
         """After a lost acknowledgement: did our earlier attempt commit? (cancel flag if so)."""
@@ -186,10 +214,9 @@ class SqlSagaStore:
     def _commit(self, connection: Connection, change: Commit, lease_ttl: float) -> bool:
         now = self.dialect.now()
         values: dict[str, Any] = {"updated_at": now, "commit_token": change.token}
+        # The lease is left alone (the heartbeat renews it), as on the hot path.
         if change.release:  # expired at once: an unfinished saga shows as stuck
             values.update(owner=None, lease_expires_at=now)
-        else:
-            values["lease_expires_at"] = now + lease_ttl
         if change.status is not None:
             values["status"] = change.status.value
         if change.error is not None:
