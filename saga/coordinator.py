@@ -6,10 +6,10 @@ import getpass
 import os
 import socket
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from saga import engine
+from saga import engine, faults
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
 from saga.errors import (
@@ -22,7 +22,7 @@ from saga.errors import (
 )
 from saga.lease import Heartbeat
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import Event, ListQuery, SagaRecord, SagaStore
+from saga.ports import Event, ListQuery, SagaRecord, SagaStore, StepWrite
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.runner import Runner
@@ -122,29 +122,36 @@ class Coordinator:
             owner=self.owner,
             epoch=1,
         )
-        first = engine.next_forward(definition, record)
-        writes, events = self._first_step(definition, record, first)
+        first = engine.ready(definition, record, (), definition.max_concurrency)
+        started = first if isinstance(first, list) else []
+        writes, events = self._first_steps(definition, record, started)
         change = engine.commit(record, writes, [Event("saga_started"), *events])
+        first_name = started[0].name if started else None
+        faults.point("before_start_commit", first_name)
         stored, created = self.store.create(record, change, self.lease_ttl)
         if not created:
             return self._rerun(definition, stored, payload.text)
-        record = engine.apply(record, change)
-        started = first if isinstance(first, engine.RunStep) else None
-        return self._forward(definition, record, started)
+        faults.point("after_start_commit", first_name)
+        return self._forward(definition, engine.apply(record, change), started)
 
-    def _first_step(
-        self, saga: Saga, record: SagaRecord, first: engine.Forward
-    ) -> tuple[list[Any], list[Event]]:
-        if not isinstance(first, engine.RunStep):
-            return [], []
-        step = saga.by_name(first.name)
-        assert step is not None
-        template = engine.template(record, step.name, step.kind, step.transactional)
-        write = engine.start(record, template, 1)
-        return [write], list(engine.started_event(write))
+    def _first_steps(
+        self, saga: Saga, record: SagaRecord, steps: list[engine.RunStep]
+    ) -> tuple[list[StepWrite], list[Event]]:
+        """The start records of a new saga's first steps, written with the saga itself."""
+        writes: list[StepWrite] = []
+        events: list[Event] = []
+        for run in steps:
+            step = saga.by_name(run.name)
+            assert step is not None
+            template = engine.template(record, step.name, step.kind, step.transactional)
+            write = engine.start(record, template, 1)
+            record = engine.apply(record, engine.commit(record, [write]))
+            writes.append(write)
+            events.extend(engine.started_event(write))
+        return writes, events
 
     def _forward(
-        self, saga: Saga, record: SagaRecord, started: engine.RunStep | None = None
+        self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
         with self.heartbeat.holding(record.id, record.epoch):
             return view_of(self.runner.forward(saga, record, started))
@@ -254,6 +261,12 @@ class Coordinator:
             report.outcomes.append(self._recover_one(saga_id, compensate))
         return report
 
+    def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
+        """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
+        as ``recover`` would; the claim is recorded as an operator action."""
+        self.store.claim(saga_id, self.owner, self.lease_ttl, _operator("recover"))
+        return self._recover_one(saga_id, compensate)
+
     def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:
         record: SagaRecord | None = None
         try:
@@ -310,8 +323,11 @@ class Coordinator:
         except Exception:  # noqa: BLE001, S110 - reporting must not hide the first error
             pass
 
-    def compensate(self, saga_id: str) -> SagaView:
-        """Unwind a stuck or failed saga now (refused past a pivot or once finished)."""
+    def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
+        """Unwind a stuck or failed saga now (refused past a pivot or once finished).
+
+        ``action`` names the operator action in the saga's history.
+        """
         record = self._load(saga_id)
         if record.status.is_finished:
             raise OperationRefusedError(saga_id, f"saga {saga_id} is already {record.status.value}")
@@ -320,7 +336,7 @@ class Coordinator:
                 saga_id, f"saga {saga_id} passed its pivot step; it can only go forward"
             )
         saga = self._saga_for(record)
-        record = self.store.claim(saga_id, self.owner, self.lease_ttl, _operator("compensate"))
+        record = self.store.claim(saga_id, self.owner, self.lease_ttl, _operator(action))
         fresh = record.status is SagaStatus.FAILED
         if record.status is not SagaStatus.COMPENSATING:
             record = self._turn(record, "operator compensate")

@@ -9,7 +9,8 @@ themselves.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+import math
+from collections.abc import Collection, Iterable
 
 from saga.codec import Encoded
 from saga.definition import Saga
@@ -23,6 +24,13 @@ _MAY_HAVE_ACTED = (
     StepStatus.FAILED,
     StepStatus.COMPENSATING,
 )
+
+
+@dataclasses.dataclass
+class Cursor:
+    """The latest durable record of a saga, advanced by the writes of a step's retries."""
+
+    record: SagaRecord
 
 
 # -- decisions -----------------------------------------------------------------------
@@ -54,20 +62,38 @@ Forward = RunStep | Complete | GiveUp
 
 def next_forward(saga: Saga, record: SagaRecord) -> Forward:
     """The next thing to do going forward, in the definition's order."""
+    decision = ready(saga, record, (), limit=1)
+    return decision[0] if isinstance(decision, list) else decision
+
+
+def ready(
+    saga: Saga, record: SagaRecord, running: Collection[str], limit: int | None = None
+) -> list[RunStep] | Complete | GiveUp:
+    """Steps whose prerequisites all succeeded and that are not running yet.
+
+    ``Complete`` when every step succeeded; ``GiveUp`` when a ready step has
+    used all its attempts; otherwise up to ``limit`` steps to start (an empty
+    list means: wait for a running step).
+    """
     done = {s.name for s in record.steps if s.status is StepStatus.SUCCEEDED}
+    if len(done) == len(saga.steps):
+        return Complete()
     deps = saga.dependencies()
+    found: list[RunStep] = []
     for step in saga.order():
-        if step.name in done:
+        if step.name in done or step.name in running:
             continue
         if not all(d in done for d in deps[step.name]):
             continue
         recorded = record.step(step.name)
-        if recorded is None:
-            return RunStep(step.name, 1)
-        if step.retry.allows(recorded.attempt + 1):
-            return RunStep(step.name, recorded.attempt + 1)
-        return GiveUp(step.name, recorded.attempt)
-    return Complete()
+        attempt = 1 if recorded is None else recorded.attempt + 1
+        if not step.retry.allows(attempt):
+            assert recorded is not None
+            return GiveUp(step.name, recorded.attempt)
+        found.append(RunStep(step.name, attempt))
+        if limit is not None and len(found) >= limit:
+            break
+    return found
 
 
 def past_pivot(record: SagaRecord) -> bool:
@@ -78,20 +104,34 @@ def past_pivot(record: SagaRecord) -> bool:
 
 
 def undo_stack(record: SagaRecord) -> list[StepRecord]:
-    """Steps still to compensate, newest first.
+    """Steps still to compensate, newest first by completion.
 
     Every step that may have acted is included (succeeded, in flight, failed),
     except a failed transactional step (its transaction rolled back) and steps
-    that are never compensated (pivot, retriable) or have no compensation.
+    that are never compensated (pivot, retriable). A step still in flight, or
+    finished but not yet reloaded from the store, counts as the newest; ties
+    go by start order. Either way a step is undone before the steps it
+    depended on, since it started after they had finished.
     """
     stack = []
-    for step in sorted(record.steps, key=lambda s: s.seq, reverse=True):
+    for step in record.steps:
         if step.status not in _MAY_HAVE_ACTED or step.kind is not StepKind.COMPENSATABLE:
             continue
         if step.transactional and step.status is StepStatus.FAILED:
             continue
         stack.append(step)
-    return stack
+    return sorted(stack, key=_completion, reverse=True)
+
+
+def _completion(step: StepRecord) -> tuple[float, int]:
+    finished = math.inf if step.finished_at is None else step.finished_at
+    return (finished, step.seq)
+
+
+def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
+    """``record`` with ``step`` (same seq) replaced by a newer state of it."""
+    steps = tuple(step if s.seq == step.seq else s for s in record.steps)
+    return dataclasses.replace(record, steps=steps)
 
 
 def unwound_status(record: SagaRecord) -> SagaStatus:

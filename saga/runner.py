@@ -18,6 +18,7 @@ from saga.codec import decode, encode
 from saga.context import StepContext, entered
 from saga.definition import Saga, Step
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.engine import Cursor
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, SagaStore, StepRecord, StepWrite
@@ -25,13 +26,6 @@ from saga.refs import Resolver
 from saga.status import SagaStatus, StepStatus
 
 Action = Callable[[StepContext], Any]
-
-
-@dataclasses.dataclass
-class Cursor:
-    """The latest durable record of a saga, advanced by the writes of a step's retries."""
-
-    record: SagaRecord
 
 
 @dataclasses.dataclass
@@ -62,13 +56,22 @@ class Runner:
     # -- forward ----------------------------------------------------------------------------
 
     def forward(
-        self, saga: Saga, record: SagaRecord, started: engine.RunStep | None = None
+        self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaRecord:
         """Run a declarative saga's remaining steps; unwind and raise on failure.
 
-        ``started`` is a step whose start is already durable (the first step
-        of a new saga is recorded with the saga itself).
+        ``started`` are steps whose start is already durable (a new saga's
+        first steps are recorded with the saga itself).
         """
+        if saga.max_concurrency > 1:
+            from saga.fanout import FanOut
+
+            return FanOut(self, saga, record).run(list(started))
+        return self._sequential(saga, record, started[0] if started else None)
+
+    def _sequential(
+        self, saga: Saga, record: SagaRecord, started: engine.RunStep | None
+    ) -> SagaRecord:
         carried: list[StepWrite] = []
         carried_events: list[Event] = []
         ahead = record
@@ -76,9 +79,12 @@ class Runner:
             decision = started or engine.next_forward(saga, ahead)
             if isinstance(decision, engine.Complete):
                 done = engine.moved(record, SagaStatus.COMPLETED)
-                return self.write(
+                faults.point("before_final_commit", None)
+                record = self.write(
                     record, carried, [*carried_events, done], status=SagaStatus.COMPLETED
                 )
+                faults.point("after_final_commit", None)
+                return record
             if isinstance(decision, engine.GiveUp):
                 record = self.write(record, carried, carried_events) if carried else record
                 reason = f"gave up after {decision.attempts} attempts that never returned"

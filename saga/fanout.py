@@ -1,0 +1,194 @@
+"""Parallel steps for the thread driver: independent ready steps run at once.
+
+The main thread owns the saga's record and makes every start durable before
+submitting a step to the pool; worker threads only run actions (and commit
+their own retries, which touch only their step's row). A failure stops new
+starts, waits for the steps in flight, records how each ended, then unwinds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import TYPE_CHECKING, Any
+
+from saga import engine
+from saga.codec import decode, encode
+from saga.definition import Saga
+from saga.errors import INFRASTRUCTURE_ERRORS
+from saga.ports import Event, SagaRecord, StepRecord, StepWrite
+from saga.status import SagaStatus
+
+if TYPE_CHECKING:
+    from saga.runner import Runner
+
+
+@dataclasses.dataclass
+class _Branch:
+    name: str
+    attempt: int
+
+
+@dataclasses.dataclass
+class FanOut:
+    """One parallel run of a declarative saga's remaining steps."""
+
+    runner: Runner
+    saga: Saga
+    record: SagaRecord
+    carried: list[StepWrite] = dataclasses.field(default_factory=list)
+    carried_events: list[Event] = dataclasses.field(default_factory=list)
+    failure: tuple[str, BaseException | str] | None = None
+    cancelled: bool = False
+
+    def run(self, started: list[engine.RunStep]) -> SagaRecord:
+        """Carry the saga forward; ``started`` steps are already durably started."""
+        limit = self.saga.max_concurrency
+        with ThreadPoolExecutor(limit, thread_name_prefix=f"saga-{self.saga.name}") as pool:
+            running: dict[Future[_Outcome], _Branch] = {}
+            self._submit_all(pool, running, started)
+            while True:
+                if self._stopping:
+                    if not running:
+                        raise self._stop()
+                elif not running and self._finished():
+                    return self._complete()
+                else:
+                    self._advance(pool, running)
+                    if not running:
+                        continue
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                # Each completion is its own commit, so the database's finish
+                # times give the completion order that unwinding follows.
+                for future in sorted(done, key=lambda f: f.result().ended):
+                    self._collect(running.pop(future), future)
+                    if not self._stopping:
+                        self._advance(pool, running)
+
+    @property
+    def _stopping(self) -> bool:
+        return self.failure is not None or self.cancelled
+
+    def _finished(self) -> bool:
+        return isinstance(engine.ready(self.saga, self._ahead(), (), 0), engine.Complete)
+
+    def _advance(self, pool: ThreadPoolExecutor, running: dict[Future[_Outcome], _Branch]) -> None:
+        """Commit what finished together with the starts of the steps it made ready."""
+        names = {branch.name for branch in running.values()}
+        room = self.saga.max_concurrency - len(running)
+        decision = engine.ready(self.saga, self._ahead(), names, room)
+        if isinstance(decision, engine.GiveUp):
+            self.failure = (decision.name, f"gave up after {decision.attempts} attempts")
+            return
+        steps = decision if isinstance(decision, list) else []
+        if steps or self.carried:
+            self._submit_all(pool, running, self._start(steps))
+
+    def _submit_all(
+        self,
+        pool: ThreadPoolExecutor,
+        running: dict[Future[_Outcome], _Branch],
+        steps: list[engine.RunStep],
+    ) -> None:
+        for step in steps:
+            running[self._submit(pool, step)] = _Branch(step.name, step.attempt)
+
+    def _ahead(self) -> SagaRecord:
+        """The record as it will be once the carried writes are committed."""
+        return engine.apply(self.record, engine.commit(self.record, self.carried))
+
+    def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
+        ahead = self._ahead()
+        starts = []
+        for step in steps:
+            declared = self.saga.by_name(step.name)
+            assert declared is not None
+            template = engine.template(ahead, step.name, declared.kind, declared.transactional)
+            write = engine.start(ahead, template, step.attempt)
+            starts.append(write)
+            ahead = engine.apply(ahead, engine.commit(ahead, [write]))  # next seq follows
+        events = [*self.carried_events]
+        for write in starts:
+            events.extend(engine.started_event(write))
+        self.record = self.runner.write(self.record, [*self.carried, *starts], events)
+        self.carried, self.carried_events = [], []
+        if self.record.cancel_requested and not engine.past_pivot(self.record):
+            self.cancelled = True  # nothing new starts; in-flight steps finish first
+            return []
+        return steps
+
+    def _submit(self, pool: ThreadPoolExecutor, step: engine.RunStep) -> Future[_Outcome]:
+        declared = self.saga.by_name(step.name)
+        assert declared is not None
+        cursor = engine.Cursor(self.record)
+        data = decode(self.record.input)
+
+        def branch() -> _Outcome:
+            try:
+                result = self.runner.attempts(
+                    cursor, step.name, step.attempt, declared.retry, declared.timeout,
+                    declared.fn, data,
+                )
+            except INFRASTRUCTURE_ERRORS:
+                raise
+            except Exception as error:  # noqa: BLE001 - handed to the main thread
+                return _Outcome(_latest(cursor, step.name), None, error, time.monotonic())
+            return _Outcome(_latest(cursor, step.name), result, None, time.monotonic())
+
+        return pool.submit(branch)
+
+    def _collect(self, branch: _Branch, future: Future[_Outcome]) -> None:
+        outcome = future.result()  # infrastructure errors propagate from here
+        self.record = engine.with_step(self.record, outcome.step)
+        if outcome.error is not None:
+            self._branch_failed(branch.name, outcome.error)
+            return
+        encoded = encode(outcome.result, f"result of step {branch.name!r}", self.runner.payload_limit)
+        write, event = engine.succeeded(self._ahead(), branch.name, encoded)
+        self.carried.append(write)
+        self.carried_events.append(event)
+
+    def _branch_failed(self, name: str, error: BaseException) -> None:
+        if self.failure is None:  # the first failure is recorded by runner.fail
+            self.failure = (name, error)
+            return
+        write, event = engine.failed(self._ahead(), name, engine.describe(error))
+        self.carried.append(write)
+        self.carried_events.append(event)
+
+    def _complete(self) -> SagaRecord:
+        done = engine.moved(self.record, SagaStatus.COMPLETED)
+        events = [*self.carried_events, done]
+        return self.runner.write(self.record, self.carried, events, SagaStatus.COMPLETED)
+
+    def _stop(self) -> BaseException:
+        """Everything in flight ended: record it, then unwind; return what to raise."""
+        if self.carried:
+            self.record = self.runner.write(self.record, self.carried, self.carried_events)
+        # Reloaded for the completion times the database recorded: parallel
+        # steps are undone newest first by completion, not by start.
+        self.record = self.runner.store.load(self.record.id) or self.record
+        if self.failure is not None:
+            name, error = self.failure
+            failure = self.runner.fail(self.record, name, error, self.saga)
+            if isinstance(error, BaseException):
+                failure.__cause__ = error
+            return failure
+        return self.runner.cancelled(self.record, self.saga)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Outcome:
+    """How one branch ended: its step's latest record, and a result or an error."""
+
+    step: StepRecord
+    result: Any
+    error: BaseException | None
+    ended: float
+
+
+def _latest(cursor: engine.Cursor, name: str) -> StepRecord:
+    step = cursor.record.step(name)
+    assert step is not None
+    return step
