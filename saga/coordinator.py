@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-import getpass
 import os
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from saga import engine, faults
+from saga import engine, faults, operations
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
 from saga.errors import (
     ConfigurationError,
-    DefinitionError,
-    OperationRefusedError,
     SagaBusyError,
     SagaFailed,
     UnknownSagaError,
 )
 from saga.lease import Heartbeat
+from saga.operations import operator_detail
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import Event, ListQuery, SagaRecord, SagaStore, StepWrite
+from saga.ports import Event, ListQuery, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.runner import Runner
@@ -35,15 +33,6 @@ from saga.views import SagaView, view_of
 def new_owner_id() -> str:
     """host:pid:random, unique per coordinator."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def operator_detail() -> dict[str, str]:
-    """Who did it, for operator events."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return {"by": user, "host": socket.gethostname()}
 
 
 class Coordinator:
@@ -111,21 +100,7 @@ class Coordinator:
         payload = encode(data, "input", self.runner.payload_limit)
         # No lookup by key first: creation clashes on (name, key) and returns
         # the existing saga, so a new saga costs no read-only round trip.
-        record = SagaRecord(
-            id=str(uuid.uuid4()),
-            name=definition.name,
-            key=key,
-            kind="declarative",
-            status=SagaStatus.RUNNING,
-            input=payload.text,
-            version=definition.version,
-            owner=self.owner,
-            epoch=1,
-        )
-        first = engine.ready(definition, record, (), definition.max_concurrency)
-        started = first if isinstance(first, list) else []
-        writes, events = self._first_steps(definition, record, started)
-        change = engine.commit(record, writes, [Event("saga_started"), *events])
+        record, change, started = operations.new_saga(definition, key, payload.text, self.owner)
         first_name = started[0].name if started else None
         faults.point("before_start_commit", first_name)
         stored, created = self.store.create(record, change, self.lease_ttl)
@@ -134,22 +109,6 @@ class Coordinator:
         faults.point("after_start_commit", first_name)
         return self._forward(definition, engine.apply(record, change), started)
 
-    def _first_steps(
-        self, saga: Saga, record: SagaRecord, steps: list[engine.RunStep]
-    ) -> tuple[list[StepWrite], list[Event]]:
-        """The start records of a new saga's first steps, written with the saga itself."""
-        writes: list[StepWrite] = []
-        events: list[Event] = []
-        for run in steps:
-            step = saga.by_name(run.name)
-            assert step is not None
-            template = engine.template(record, step.name, step.kind, step.transactional)
-            write = engine.start(record, template, 1)
-            record = engine.apply(record, engine.commit(record, [write]))
-            writes.append(write)
-            events.extend(engine.started_event(write))
-        return writes, events
-
     def _forward(
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
@@ -157,21 +116,14 @@ class Coordinator:
             return view_of(self.runner.forward(saga, record, started))
 
     def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
-        if existing.input != input_text:
-            raise OperationRefusedError(
-                existing.id,
-                f"saga {saga.name!r} key {existing.key!r} was first run with other input; "
-                "use a new key for new input",
-            )
-        if existing.status is SagaStatus.COMPLETED:
+        if operations.rerun(saga, existing, input_text):
             return view_of(existing)
-        if existing.status.is_terminal:
-            raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
-        record = self.store.claim(existing.id, self.owner, self.lease_ttl, _claimed("rerun"))
+        claim = operations.claimed("rerun")
+        record = self.store.claim(existing.id, self.owner, self.lease_ttl, claim)
         if record.status is SagaStatus.COMPENSATING:
             view = self._unwind(record, saga)
             raise SagaFailed(view.id, view.status, engine.failed_step(record))
-        return self._forward(self._checked(saga, record), record)
+        return self._forward(operations.checked(saga, record), record)
 
     def _definition(self, saga: Saga | str) -> Saga:
         if isinstance(saga, Saga):
@@ -186,16 +138,6 @@ class Coordinator:
         if known.name not in self._sagas:
             self.register(known)
         return known
-
-    def _checked(self, saga: Saga, record: SagaRecord) -> Saga:
-        """``saga`` if it is the definition ``record`` started with; refuse otherwise."""
-        if record.version != saga.version:
-            raise DefinitionError(
-                f"saga {record.id} ({saga.name!r}) started with definition version "
-                f"{record.version} but this process has {saga.version}; the steps changed. "
-                "Finish it with the old code, or compensate it"
-            )
-        return saga
 
     # -- context-manager sagas ------------------------------------------------------------
 
@@ -264,7 +206,7 @@ class Coordinator:
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
         as ``recover`` would; the claim is recorded as an operator action."""
-        self.store.claim(saga_id, self.owner, self.lease_ttl, _operator("recover"))
+        self.store.claim(saga_id, self.owner, self.lease_ttl, operations.by_operator("recover"))
         return self._recover_one(saga_id, compensate)
 
     def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:
@@ -276,32 +218,28 @@ class Coordinator:
         except SagaFailed as failure:
             name = record.name if record else "?"
             return RecoveryOutcome(saga_id, name, failure.status, None)
-        except Exception as error:  # noqa: BLE001 - one saga's problem never stops the others
+        except Exception as error:
             self._refused(saga_id, error)
             return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
 
     def _finish(self, record: SagaRecord, compensate: bool) -> SagaView:
         """Carry a claimed saga to its end: forward or unwinding, as the rules say."""
         saga = self._saga_for(record)
-        if record.status is SagaStatus.COMPENSATING:
-            return self._unwind(record, saga)
-        forward = (
-            saga is not None
-            and not compensate
-            and saga.on_crash == "resume"
-            and not record.cancel_requested
-        )
-        if saga is not None and (forward or engine.past_pivot(record)):
+        route = operations.recovery_route(record, saga, compensate)
+        if route == "forward":
+            assert saga is not None
             return self._forward(saga, record)
-        return self._unwind(self._turn(record, "recovery"), saga)
+        if route == "turn":
+            record = self._turn(record, "recovery")
+        return self._unwind(record, saga)
 
     def _saga_for(self, record: SagaRecord) -> Saga | None:
         if record.kind == "imperative":
             return None
-        return self._checked(self._definition(record.name), record)
+        return operations.checked(self._definition(record.name), record)
 
     def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
-        event = engine.moved(record, SagaStatus.COMPENSATING, reason=why)
+        event = operations.turn(record, why)
         return self.runner.write(record, [], [event], SagaStatus.COMPENSATING)
 
     def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
@@ -320,7 +258,7 @@ class Coordinator:
         try:
             self.store.record_event(saga_id, Event("recovery_refused", detail=detail))
             self._release(saga_id)
-        except Exception:  # noqa: BLE001, S110 - reporting must not hide the first error
+        except Exception:  # noqa: S110 - reporting must not hide the first error
             pass
 
     def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
@@ -329,14 +267,10 @@ class Coordinator:
         ``action`` names the operator action in the saga's history.
         """
         record = self._load(saga_id)
-        if record.status.is_finished:
-            raise OperationRefusedError(saga_id, f"saga {saga_id} is already {record.status.value}")
-        if engine.past_pivot(record):
-            raise OperationRefusedError(
-                saga_id, f"saga {saga_id} passed its pivot step; it can only go forward"
-            )
+        operations.refuse_compensate(record)
         saga = self._saga_for(record)
-        record = self.store.claim(saga_id, self.owner, self.lease_ttl, _operator(action))
+        claim = operations.by_operator(action)
+        record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
         fresh = record.status is SagaStatus.FAILED
         if record.status is not SagaStatus.COMPENSATING:
             record = self._turn(record, "operator compensate")
@@ -345,49 +279,27 @@ class Coordinator:
     def resume(self, saga_id: str) -> SagaView:
         """Carry a stuck declarative saga forward now."""
         record = self._load(saga_id)
-        if record.kind != "declarative":
-            raise OperationRefusedError(
-                saga_id,
-                f"saga {saga_id} is a context-manager saga: only its own code can continue it "
-                "(re-enter the same coord.saga(name, key=...)); an operator can compensate it",
-            )
-        if record.status is not SagaStatus.RUNNING:
-            raise OperationRefusedError(
-                saga_id, f"saga {saga_id} is {record.status.value}; only a running saga resumes"
-            )
+        operations.refuse_resume(record)
         saga = self._saga_for(record)
         assert saga is not None
-        record = self.store.claim(saga_id, self.owner, self.lease_ttl, _operator("resume"))
+        claim = operations.by_operator("resume")
+        record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
         return self._forward(saga, record)
 
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind."""
         record = self._load(saga_id)
-        if record.status is not SagaStatus.RUNNING:
-            raise OperationRefusedError(
-                saga_id, f"saga {saga_id} is {record.status.value}; only a running saga can be cancelled"
-            )
-        if engine.past_pivot(record):
-            raise OperationRefusedError(
-                saga_id, f"saga {saga_id} passed its pivot step; it can only go forward"
-            )
+        operations.refuse_cancel(record)
         saga = self._saga_for(record)
-        self.store.request_cancel(saga_id, _operator("cancel"))
+        self.store.request_cancel(saga_id, operations.by_operator("cancel"))
+        claim = operations.claimed("cancel")
         try:
-            record = self.store.claim(saga_id, self.owner, self.lease_ttl, _claimed("cancel"))
+            record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
         except SagaBusyError:
             return self.get(saga_id)  # its live owner stops at the next step boundary
         if record.status is not SagaStatus.RUNNING:
             return view_of(record)
         return self._unwind(self._turn(record, "cancel requested"), saga)
-
-
-def _claimed(why: str) -> Event:
-    return Event("lease_claimed", detail={"why": why})
-
-
-def _operator(action: str) -> Event:
-    return Event("operator_action", detail={"action": action, **operator_detail()})
 
 
 def _statuses(

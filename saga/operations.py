@@ -1,0 +1,163 @@
+"""The decisions behind the coordinators' entry points, shared by sync and async.
+
+Each function here is pure: it looks at a definition and a record and says
+what to write, what to refuse, or which way to go. ``Coordinator`` and
+``AsyncCoordinator`` only carry the answers out.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+import uuid
+from typing import Literal
+
+from saga import engine
+from saga.definition import Saga
+from saga.errors import DefinitionError, OperationRefusedError, SagaFailed
+from saga.ports import Commit, Event, SagaRecord, StepWrite
+from saga.status import SagaStatus
+
+Route = Literal["forward", "unwind", "turn"]
+
+
+def new_saga(
+    saga: Saga, key: str | None, input_text: str, owner: str
+) -> tuple[SagaRecord, Commit, list[engine.RunStep]]:
+    """A new declarative saga, its first commit (with its first steps started), those steps."""
+    record = SagaRecord(
+        id=str(uuid.uuid4()),
+        name=saga.name,
+        key=key,
+        kind="declarative",
+        status=SagaStatus.RUNNING,
+        input=input_text,
+        version=saga.version,
+        owner=owner,
+        epoch=1,
+    )
+    first = engine.ready(saga, record, (), saga.max_concurrency)
+    started = first if isinstance(first, list) else []
+    writes, events = _first_steps(saga, record, started)
+    change = engine.commit(record, writes, [Event("saga_started"), *events])
+    return record, change, started
+
+
+def _first_steps(
+    saga: Saga, record: SagaRecord, steps: list[engine.RunStep]
+) -> tuple[list[StepWrite], list[Event]]:
+    writes: list[StepWrite] = []
+    events: list[Event] = []
+    for run in steps:
+        step = saga.by_name(run.name)
+        assert step is not None
+        template = engine.template(record, step.name, step.kind, step.transactional)
+        write = engine.start(record, template, 1)
+        record = engine.apply(record, engine.commit(record, [write]))
+        writes.append(write)
+        events.extend(engine.started_event(write))
+    return writes, events
+
+
+def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
+    """For a second run with the same key: True if the recorded saga is simply returned.
+
+    Raises ``SagaFailed`` again for a saga that failed, and refuses other input.
+    False means the saga is unfinished: claim it and carry on.
+    """
+    if existing.input != input_text:
+        raise OperationRefusedError(
+            existing.id,
+            f"saga {saga.name!r} key {existing.key!r} was first run with other input; "
+            "use a new key for new input",
+        )
+    if existing.status is SagaStatus.COMPLETED:
+        return True
+    if existing.status.is_terminal:
+        raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
+    return False
+
+
+def checked(saga: Saga, record: SagaRecord) -> Saga:
+    """``saga`` if it is the definition ``record`` started with; refuse otherwise."""
+    if record.version != saga.version:
+        raise DefinitionError(
+            f"saga {record.id} ({saga.name!r}) started with definition version "
+            f"{record.version} but this process has {saga.version}; the steps changed. "
+            "Finish it with the old code, or compensate it"
+        )
+    return saga
+
+
+def recovery_route(record: SagaRecord, saga: Saga | None, compensate: bool) -> Route:
+    """Which way a claimed, unfinished saga goes.
+
+    Compensating sagas keep compensating. A running declarative saga goes
+    forward unless told to compensate (``on_crash``, ``--compensate``, a
+    cancel request); past its pivot it can only go forward. A running
+    context-manager saga is compensated: only its own code could continue it.
+    """
+    if record.status is SagaStatus.COMPENSATING:
+        return "unwind"
+    if saga is not None and engine.past_pivot(record):
+        return "forward"
+    wants_forward = not compensate and not record.cancel_requested
+    if saga is not None and wants_forward and saga.on_crash == "resume":
+        return "forward"
+    return "turn"
+
+
+def turn(record: SagaRecord, why: str) -> Event:
+    """The event of a running saga turning to compensation."""
+    return engine.moved(record, SagaStatus.COMPENSATING, reason=why)
+
+
+def refuse_compensate(record: SagaRecord) -> None:
+    if record.status.is_finished:
+        raise OperationRefusedError(record.id, f"saga {record.id} is already {record.status.value}")
+    if engine.past_pivot(record):
+        raise OperationRefusedError(
+            record.id, f"saga {record.id} passed its pivot step; it can only go forward"
+        )
+
+
+def refuse_resume(record: SagaRecord) -> None:
+    if record.kind != "declarative":
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is a context-manager saga: only its own code can continue it "
+            "(re-enter the same coord.saga(name, key=...)); an operator can compensate it",
+        )
+    if record.status is not SagaStatus.RUNNING:
+        raise OperationRefusedError(
+            record.id, f"saga {record.id} is {record.status.value}; only a running saga resumes"
+        )
+
+
+def refuse_cancel(record: SagaRecord) -> None:
+    if record.status is not SagaStatus.RUNNING:
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is {record.status.value}; only a running saga can be cancelled",
+        )
+    if engine.past_pivot(record):
+        raise OperationRefusedError(
+            record.id, f"saga {record.id} passed its pivot step; it can only go forward"
+        )
+
+
+def claimed(why: str) -> Event:
+    return Event("lease_claimed", detail={"why": why})
+
+
+def operator_detail() -> dict[str, str]:
+    """Who did it, for operator events."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return {"by": user, "host": socket.gethostname()}
+
+
+def by_operator(action: str) -> Event:
+    return Event("operator_action", detail={"action": action, **operator_detail()})
