@@ -5,6 +5,8 @@ coordinator records every step in PostgreSQL or SQLite, unwinds the steps
 that ran when one fails, and finishes interrupted sagas after a crash.
 """
 
+from saga.aio import AsyncCoordinator
+from saga.aio_scope import AsyncSagaScope
 from saga.context import StepContext, current_step
 from saga.coordinator import Coordinator
 from saga.definition import Saga, Step
@@ -35,6 +37,8 @@ from saga.views import SagaView, StepView
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncCoordinator",
+    "AsyncSagaScope",
     "ConfigurationError",
     "Coordinator",
     "CorruptRecordError",

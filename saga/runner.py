@@ -7,14 +7,16 @@ caller must see. It decides nothing on its own.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import inspect
 import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from saga import engine, faults
-from saga.codec import decode, encode
+from saga.codec import Encoded, decode, encode
 from saga.context import StepContext, entered
 from saga.definition import Saga, Step
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
@@ -97,9 +99,8 @@ class Runner:
                     raise self.cancelled(record, saga)
             started = None
             cursor = Cursor(record)
-            result = self._run_step(cursor, step.name, decision.attempt, step, saga)
+            encoded = self._run_step(cursor, step.name, decision.attempt, step, saga)
             record = cursor.record
-            encoded = encode(result, f"result of step {step.name!r}", self.payload_limit)
             write, event = engine.succeeded(record, step.name, encoded)
             carried, carried_events = [write], [event]
             ahead = engine.apply(record, engine.commit(record, carried))
@@ -122,10 +123,14 @@ class Runner:
         faults.point("after_start_commit", step.name)
         return record
 
-    def _run_step(self, cursor: Cursor, name: str, attempt: int, step: Step, saga: Saga) -> Any:
+    def _run_step(
+        self, cursor: Cursor, name: str, attempt: int, step: Step, saga: Saga
+    ) -> Encoded:
+        """The step's encoded result; a result that cannot be stored fails the step."""
         data = decode(cursor.record.input)
         try:
-            return self.attempts(cursor, name, attempt, step.retry, step.timeout, step.fn, data)
+            result = self.attempts(cursor, name, attempt, step.retry, step.timeout, step.fn, data)
+            return encode(result, f"result of step {name!r}", self.payload_limit)
         except INFRASTRUCTURE_ERRORS:
             raise
         except Exception as error:
@@ -204,6 +209,7 @@ class Runner:
 
     def unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaRecord:
         """Compensate every step that may have acted, newest first, then finish."""
+        self.check_compensations(record, saga)
         faults.point("before_unwind", None)
         for step in engine.undo_stack(record):
             record = self._undo(record, step, saga, fresh)
@@ -212,6 +218,12 @@ class Runner:
         record = self.write(record, [], [engine.moved(record, status)], status)
         faults.point("after_final_commit", None)
         return record
+
+    def check_compensations(self, record: SagaRecord, saga: Saga | None) -> None:
+        """Resolve every compensation still to run: an untrusted stored reference is
+        refused (``UnsafeReferenceError``) before any compensation runs."""
+        for step in engine.undo_stack(record):
+            self._compensation(record, step, saga)
 
     def _undo(self, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool) -> SagaRecord:
         call, policy = self._compensation(record, step, saga)
@@ -295,14 +307,14 @@ def _call(action: Action, context: StepContext, timeout: float | None, name: str
     """Run ``action`` as the current step; give up waiting after ``timeout`` seconds."""
     if timeout is None:
         with entered(context):
-            return action(context)
+            return _awaited(action(context))
     outcome: dict[str, Any] = {}
     snapshot = contextvars.copy_context()
 
     def target() -> None:
         with entered(context):
             try:
-                outcome["result"] = action(context)
+                outcome["result"] = _awaited(action(context))
             except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
                 outcome["error"] = error
 
@@ -315,3 +327,15 @@ def _call(action: Action, context: StepContext, timeout: float | None, name: str
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def _awaited(result: Any) -> Any:
+    """An async step or compensation driven to its end when a sync driver runs it
+    (for example ``saga recover`` finishing a saga whose steps are coroutines)."""
+    if not inspect.isawaitable(result):
+        return result
+
+    async def wait_for_it() -> Any:
+        return await result
+
+    return asyncio.run(wait_for_it())

@@ -8,6 +8,7 @@ return their recorded results without running again.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections import Counter
 from types import TracebackType
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from saga import engine, faults
 from saga.codec import decode, encode
+from saga.engine import Cursor
 from saga.errors import (
     INFRASTRUCTURE_ERRORS,
     DefinitionError,
@@ -22,21 +24,29 @@ from saga.errors import (
     SagaFailed,
 )
 from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
-from saga.ports import Event, SagaRecord, StepRecord
+from saga.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga.refs import reference_of
-from saga.runner import Cursor
 from saga.status import SagaStatus, StepKind, StepStatus
 
 if TYPE_CHECKING:
     from saga.coordinator import Coordinator
 
 
-class SagaScope:
-    """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlannedStep:
+    """What an ``s.step(...)`` call must do: run ``template`` as attempt ``attempt``."""
 
-    def __init__(self, coordinator: Coordinator, name: str, key: str | None) -> None:
-        self.coordinator = coordinator
-        self.runner = coordinator.runner
+    template: StepRecord
+    attempt: int
+    policy: RetryPolicy
+
+
+class ScopeCore:
+    """What the sync and async context-manager sagas share: everything but I/O."""
+
+    def __init__(self, owner: str, payload_limit: int, name: str, key: str | None) -> None:
+        self.owner = owner
+        self.payload_limit = payload_limit
         self.name = name
         self.key = key
         self.id = str(uuid.uuid4())
@@ -45,6 +55,7 @@ class SagaScope:
         self._names: Counter[str] = Counter()
         self._failed_step: str | None = None
         self._holding: Any = None
+        self._result: Any = None
 
     @property
     def status(self) -> SagaStatus | None:
@@ -57,12 +68,10 @@ class SagaScope:
 
         return {} if self._record is None else results_of(self._record)
 
-    def __enter__(self) -> SagaScope:
-        if self.key is None:
-            return self
-        existing = self.coordinator.store.find(self.name, self.key)
+    def _continues(self, existing: SagaRecord | None) -> bool:
+        """Take over what an earlier run with this key recorded; True if it must be claimed."""
         if existing is None:
-            return self
+            return False
         self.id = existing.id
         if existing.kind != "imperative":
             raise OperationRefusedError(
@@ -70,40 +79,35 @@ class SagaScope:
             )
         if existing.status is SagaStatus.COMPLETED:
             self._record = existing
-            return self
+            return False
         if existing.status is not SagaStatus.RUNNING:
             raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
-        claim = Event("lease_claimed", detail={"why": "re-entered"})
-        store, coordinator = self.coordinator.store, self.coordinator
-        self._record = store.claim(existing.id, coordinator.owner, coordinator.lease_ttl, claim)
-        self._hold()
-        return self
+        return True
 
-    def step(
+    def _plan(
         self,
         fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """Run ``fn(*args, **kwargs)`` as the next step; ``compensate(result, *args, **kwargs)``
-        undoes it. Both must be module-level functions and the arguments JSON values."""
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        compensate: Any,
+        transactional: bool,
+        retry: RetryPolicy | None,
+        step_name: str | None,
+    ) -> PlannedStep | None:
+        """Check and record the call; None when the step already succeeded (see ``_result``)."""
         action_ref = reference_of(fn, "step function")
         undo_ref = None if compensate is None else reference_of(compensate, "compensation")
         name = self._next_name(step_name or fn.__name__)
         arguments = encode(
             {"args": list(args), "kwargs": kwargs},
             f"arguments of step {name!r}",
-            self.runner.payload_limit,
+            self.payload_limit,
         )
         self._calls += 1
         recorded = self._replayed(self._calls, name, arguments.digest)
         if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
-            return decode(recorded.result)
+            self._result = decode(recorded.result)
+            return None
         self._refuse_unless_running()
         template = StepRecord(
             name=name,
@@ -118,8 +122,48 @@ class SagaScope:
             input_digest=arguments.digest,
         )
         attempt = 1 if recorded is None else recorded.attempt + 1
-        self._begin(template, attempt)
-        return self._run(name, attempt, retry or DEFAULT_STEP_RETRY, timeout, fn, args, kwargs)
+        return PlannedStep(template, attempt, retry or DEFAULT_STEP_RETRY)
+
+    def _gave_up(self, planned: PlannedStep) -> str | None:
+        """Why the step may not run again: attempts count across crashes."""
+        if self._record is None or planned.policy.allows(planned.attempt):
+            return None
+        self._failed_step = planned.template.name
+        return f"gave up after {planned.attempt - 1} attempts that never returned"
+
+    def _new_record(self) -> SagaRecord:
+        return SagaRecord(
+            id=self.id,
+            name=self.name,
+            key=self.key,
+            kind="imperative",
+            status=SagaStatus.RUNNING,
+            input=None,
+            version=None,
+            owner=self.owner,
+            epoch=1,
+        )
+
+    def _start_writes(self, planned: PlannedStep) -> tuple[StepWrite, list[Event]]:
+        start = engine.start(self._record, planned.template, planned.attempt)
+        return start, list(engine.started_event(start))
+
+    def _unwinds(self, error: BaseException | None) -> bool:
+        """Whether leaving the block must unwind the saga."""
+        if error is None:
+            return self._failed_step is not None
+        if not isinstance(error, Exception):  # KeyboardInterrupt & co: leave it to recovery
+            return False
+        return not isinstance(error, (*INFRASTRUCTURE_ERRORS, SagaFailed))
+
+    def _settled(self) -> SagaFailed | None:
+        """The failure to raise without touching the store, when nothing is left to unwind."""
+        record = self._record
+        if record is None:  # nothing was recorded, so nothing to undo
+            return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
+        if record.status is not SagaStatus.RUNNING:
+            return SagaFailed(record.id, record.status, self._failed_step)
+        return None
 
     def _next_name(self, base: str) -> str:
         self._names[base] += 1
@@ -151,34 +195,67 @@ class SagaScope:
                 self.id, f"saga {self.id} is unwinding since step {self._failed_step!r} failed"
             )
 
-    def _begin(self, template: StepRecord, attempt: int) -> None:
+
+class SagaScope(ScopeCore):
+    """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
+
+    def __init__(self, coordinator: Coordinator, name: str, key: str | None) -> None:
+        super().__init__(coordinator.owner, coordinator.runner.payload_limit, name, key)
+        self.coordinator = coordinator
+        self.runner = coordinator.runner
+
+    def __enter__(self) -> SagaScope:
+        if self.key is None:
+            return self
+        existing = self.coordinator.store.find(self.name, self.key)
+        if self._continues(existing):
+            assert existing is not None
+            claim = Event("lease_claimed", detail={"why": "re-entered"})
+            store, coordinator = self.coordinator.store, self.coordinator
+            self._record = store.claim(existing.id, coordinator.owner, coordinator.lease_ttl, claim)
+            self._hold()
+        return self
+
+    def step(
+        self,
+        fn: Any,
+        *args: Any,
+        compensate: Any = None,
+        transactional: bool = False,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        step_name: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as the next step; ``compensate(result, *args, **kwargs)``
+        undoes it. Both must be module-level functions and the arguments JSON values."""
+        planned = self._plan(fn, args, kwargs, compensate, transactional, retry, step_name)
+        if planned is None:
+            return self._result
+        reason = self._gave_up(planned)
+        if reason is not None:
+            assert self._record is not None
+            raise self.runner.fail(self._record, planned.template.name, reason, None)
+        self._begin(planned)
+        return self._run(planned, timeout, fn, args, kwargs)
+
+    def _begin(self, planned: PlannedStep) -> None:
         """Make the start of the step durable (creating the saga with its first step)."""
-        start = engine.start(self._record, template, attempt)
-        events = list(engine.started_event(start))
-        faults.point("before_start_commit", template.name)
+        start, events = self._start_writes(planned)
+        faults.point("before_start_commit", planned.template.name)
         if self._record is None:
             self._create(start, events)
         else:
             self._record = self.runner.write(self._record, [start], events)
-        faults.point("after_start_commit", template.name)
+        faults.point("after_start_commit", planned.template.name)
         if self._record is not None and self._record.cancel_requested:
             raise self.runner.cancelled(self._record, None)
 
-    def _create(self, start: Any, events: list[Event]) -> None:
-        coordinator = self.coordinator
-        record = SagaRecord(
-            id=self.id,
-            name=self.name,
-            key=self.key,
-            kind="imperative",
-            status=SagaStatus.RUNNING,
-            input=None,
-            version=None,
-            owner=coordinator.owner,
-            epoch=1,
-        )
+    def _create(self, start: StepWrite, events: list[Event]) -> None:
+        record = self._new_record()
         change = engine.commit(record, [start], [Event("saga_started"), *events])
-        stored, created = coordinator.store.create(record, change, coordinator.lease_ttl)
+        ttl = self.coordinator.lease_ttl
+        stored, created = self.coordinator.store.create(record, change, ttl)
         if not created:
             raise OperationRefusedError(
                 stored.id,
@@ -189,28 +266,32 @@ class SagaScope:
 
     def _run(
         self,
-        name: str,
-        attempt: int,
-        policy: RetryPolicy,
+        planned: PlannedStep,
         timeout: float | None,
         fn: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
         assert self._record is not None
+        name = planned.template.name
         cursor = Cursor(self._record)
         try:
             result = self.runner.attempts(
-                cursor, name, attempt, policy, timeout, lambda _context: fn(*args, **kwargs)
+                cursor,
+                name,
+                planned.attempt,
+                planned.policy,
+                timeout,
+                lambda _context: fn(*args, **kwargs),
             )
         except INFRASTRUCTURE_ERRORS:
             raise
-        except Exception as error:
+        except Exception:
             self._record = cursor.record
             self._failed_step = name
             raise
         self._record = cursor.record
-        encoded = encode(result, f"result of step {name!r}", self.runner.payload_limit)
+        encoded = encode(result, f"result of step {name!r}", self.payload_limit)
         write, event = engine.succeeded(self._record, name, encoded)
         self._record = self.runner.write(self._record, [write], [event])
         faults.point("after_success_commit", name)
@@ -225,10 +306,8 @@ class SagaScope:
         try:
             if error is None and self._failed_step is None:
                 self._complete()
-            elif error is None or isinstance(error, Exception):
-                if not isinstance(error, INFRASTRUCTURE_ERRORS + (SagaFailed,)):
-                    failure = self._unwind(error)
-                    raise failure from error
+            elif self._unwinds(error):
+                raise self._unwind(error) from error
         finally:
             self._release()
 
@@ -237,15 +316,16 @@ class SagaScope:
         if record is None or record.status is not SagaStatus.RUNNING:
             return
         done = engine.moved(record, SagaStatus.COMPLETED)
+        faults.point("before_final_commit", None)
         self._record = self.runner.write(record, [], [done], SagaStatus.COMPLETED)
         faults.point("after_final_commit", None)
 
     def _unwind(self, error: BaseException | None) -> SagaFailed:
+        settled = self._settled()
+        if settled is not None:
+            return settled
         record = self._record
-        if record is None:  # nothing was recorded, so nothing to undo
-            return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
-        if record.status is not SagaStatus.RUNNING:
-            return SagaFailed(record.id, record.status, self._failed_step)
+        assert record is not None
         if self._failed_step is not None:
             return self.runner.fail(record, self._failed_step, error or "failed", None)
         reason = engine.describe(error) if error else "block failed"

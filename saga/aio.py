@@ -1,0 +1,227 @@
+"""``AsyncCoordinator``: the asyncio twin of ``Coordinator``, method for method."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from saga import engine, faults, operations
+from saga.aio_runner import AsyncRunner, ThreadedAsyncStore
+from saga.aio_scope import AsyncSagaScope
+from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
+from saga.coordinator import Coordinator
+from saga.definition import Saga
+from saga.errors import SagaBusyError, SagaFailed
+from saga.policy import STORE_RETRY, RetryPolicy
+from saga.ports import EventRecord, SagaRecord, SagaStore
+from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.status import SagaStatus
+from saga.views import SagaView, view_of
+
+
+class AsyncCoordinator:
+    """Runs sagas durably from asyncio code; the same arguments as ``Coordinator``.
+
+    Async step functions run on the caller's event loop (so they may use its
+    connections and clients); sync ones run in a worker thread.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        lease_ttl: float = 30.0,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        trusted_modules: Iterable[str] = (),
+        store: SagaStore | None = None,
+        store_retry: RetryPolicy = STORE_RETRY,
+    ) -> None:
+        self.sync = Coordinator(
+            url,
+            lease_ttl=lease_ttl,
+            payload_limit=payload_limit,
+            trusted_modules=trusted_modules,
+            store=store,
+            store_retry=store_retry,
+        )
+        self.store = ThreadedAsyncStore(self.sync.store)
+        self.runner = AsyncRunner(self.sync.runner, self.store)
+
+    def __repr__(self) -> str:
+        return f"AsyncCoordinator({self.sync.store.url!r})"
+
+    @property
+    def owner(self) -> str:
+        return self.sync.owner
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.sync.lease_ttl
+
+    async def __aenter__(self) -> AsyncCoordinator:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+    async def create_schema(self) -> None:
+        await asyncio.to_thread(self.sync.create_schema)
+
+    def register(self, *sagas: Saga) -> None:
+        self.sync.register(*sagas)
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(self, saga: Saga | str, data: Any = None, *, key: str | None = None) -> SagaView:
+        """Run a declarative saga to its end; see ``Coordinator.run``."""
+        definition = self.sync._definition(saga)
+        payload = encode(data, "input", self.sync.runner.payload_limit)
+        record, change, started = operations.new_saga(definition, key, payload.text, self.owner)
+        first_name = started[0].name if started else None
+        faults.point("before_start_commit", first_name)
+        stored, created = await self.store.call(
+            self.sync.store.create, record, change, self.lease_ttl
+        )
+        if not created:
+            return await self._rerun(definition, stored, payload.text)
+        faults.point("after_start_commit", first_name)
+        return await self._forward(definition, engine.apply(record, change), started)
+
+    async def _forward(
+        self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
+    ) -> SagaView:
+        with self.sync.heartbeat.holding(record.id, record.epoch):
+            return view_of(await self.runner.forward(saga, record, started))
+
+    async def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
+        if operations.rerun(saga, existing, input_text):
+            return view_of(existing)
+        record = await self._claim(existing.id, operations.claimed("rerun"))
+        if record.status is SagaStatus.COMPENSATING:
+            view = await self._unwind(record, saga)
+            raise SagaFailed(view.id, view.status, engine.failed_step(record))
+        return await self._forward(operations.checked(saga, record), record)
+
+    def saga(self, name: str, *, key: str | None = None) -> AsyncSagaScope:
+        """A context-manager saga: ``async with coord.saga(...) as s: await s.step(...)``."""
+        return AsyncSagaScope(self, name, key)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def get(self, saga_id: str) -> SagaView:
+        return await asyncio.to_thread(self.sync.get, saga_id)
+
+    async def list(
+        self,
+        status: SagaStatus | str | Iterable[SagaStatus | str] | None = None,
+        name: str | None = None,
+        limit: int = 100,
+        *,
+        stuck: bool = False,
+        before: str | None = None,
+        older_than: float | None = None,
+    ) -> list[SagaView]:
+        return await asyncio.to_thread(
+            lambda: self.sync.list(
+                status, name, limit, stuck=stuck, before=before, older_than=older_than
+            )
+        )
+
+    async def history(self, saga_id: str) -> list[EventRecord]:
+        return await asyncio.to_thread(self.sync.history, saga_id)
+
+    # -- recovery and operator actions --------------------------------------------------------
+
+    async def recover(
+        self, *, compensate: bool = False, limit: int | None = None
+    ) -> RecoveryReport:
+        """Claim every saga whose lease expired and finish it; see ``Coordinator.recover``."""
+        report = RecoveryReport()
+        seen: set[str] = set()
+        while limit is None or len(report.outcomes) < limit:
+            claimed = await self.store.call(
+                self.sync.store.claim_expired, self.owner, self.lease_ttl, 1
+            )
+            if not claimed:
+                break
+            if claimed[0] in seen:
+                await asyncio.to_thread(self.sync._release, claimed[0])
+                break
+            seen.add(claimed[0])
+            report.outcomes.append(await self._recover_one(claimed[0], compensate))
+        return report
+
+    async def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:
+        record: SagaRecord | None = None
+        try:
+            record = await asyncio.to_thread(self.sync._load, saga_id)
+            view = await self._finish(record, compensate)
+            return RecoveryOutcome(saga_id, record.name, view.status, None)
+        except SagaFailed as failure:
+            return RecoveryOutcome(saga_id, record.name if record else "?", failure.status, None)
+        except Exception as error:  # noqa: BLE001 - one saga's problem never stops the others
+            await asyncio.to_thread(self.sync._refused, saga_id, error)
+            return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
+
+    async def _finish(self, record: SagaRecord, compensate: bool) -> SagaView:
+        saga = self.sync._saga_for(record)
+        route = operations.recovery_route(record, saga, compensate)
+        if route == "forward":
+            assert saga is not None
+            return await self._forward(saga, record)
+        if route == "turn":
+            record = await self._turn(record, "recovery")
+        return await self._unwind(record, saga)
+
+    async def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
+        event = operations.turn(record, why)
+        return await self.runner.write(record, [], [event], SagaStatus.COMPENSATING)
+
+    async def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
+        with self.sync.heartbeat.holding(record.id, record.epoch):
+            return view_of(await self.runner.unwind(record, saga, fresh))
+
+    async def _claim(self, saga_id: str, event: Any) -> SagaRecord:
+        return await self.store.call(
+            self.sync.store.claim, saga_id, self.owner, self.lease_ttl, event
+        )
+
+    async def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
+        """Unwind a stuck or failed saga now; see ``Coordinator.compensate``."""
+        record = await asyncio.to_thread(self.sync._load, saga_id)
+        operations.refuse_compensate(record)
+        saga = self.sync._saga_for(record)
+        record = await self._claim(saga_id, operations.by_operator(action))
+        fresh = record.status is SagaStatus.FAILED
+        if record.status is not SagaStatus.COMPENSATING:
+            record = await self._turn(record, "operator compensate")
+        return await self._unwind(record, saga, fresh)
+
+    async def resume(self, saga_id: str) -> SagaView:
+        """Carry a stuck declarative saga forward now."""
+        record = await asyncio.to_thread(self.sync._load, saga_id)
+        operations.refuse_resume(record)
+        saga = self.sync._saga_for(record)
+        assert saga is not None
+        record = await self._claim(saga_id, operations.by_operator("resume"))
+        return await self._forward(saga, record)
+
+    async def cancel(self, saga_id: str) -> SagaView:
+        """Ask a running saga to stop at its next step boundary and unwind."""
+        record = await asyncio.to_thread(self.sync._load, saga_id)
+        operations.refuse_cancel(record)
+        saga = self.sync._saga_for(record)
+        await self.store.call(
+            self.sync.store.request_cancel, saga_id, operations.by_operator("cancel")
+        )
+        try:
+            record = await self._claim(saga_id, operations.claimed("cancel"))
+        except SagaBusyError:
+            return await self.get(saga_id)  # its live owner stops at the next step boundary
+        if record.status is not SagaStatus.RUNNING:
+            return view_of(record)
+        return await self._unwind(await self._turn(record, "cancel requested"), saga)

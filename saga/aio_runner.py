@@ -1,0 +1,349 @@
+"""The asyncio driver: the same decisions as ``runner.py``, carried out with tasks.
+
+The engine decides; this module only awaits. Store calls go through
+:class:`ThreadedAsyncStore` (the sync store in worker threads: see
+docs/async.md for why that facade was kept). Async step functions are
+awaited on the caller's event loop; sync ones run in a worker thread.
+Independent steps run as concurrent tasks, bounded by ``max_concurrency``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from saga import engine, faults
+from saga.codec import decode, encode
+from saga.context import StepContext, entered
+from saga.definition import Saga
+from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.policy import RetryPolicy
+from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
+from saga.runner import Action, Runner
+from saga.status import SagaStatus
+
+T = TypeVar("T")
+
+
+class ThreadedAsyncStore:
+    """Awaitable access to a sync ``SagaStore``: each call runs in a worker thread."""
+
+    def __init__(self, store: SagaStore) -> None:
+        self.sync = store
+
+    async def call(self, method: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(method, *args)
+
+    async def commit(self, change: Commit, lease_ttl: float) -> bool:
+        return await asyncio.to_thread(self.sync.commit, change, lease_ttl)
+
+    async def load(self, saga_id: str) -> SagaRecord | None:
+        return await asyncio.to_thread(self.sync.load, saga_id)
+
+
+@dataclasses.dataclass
+class AsyncRunner:
+    """Executes sagas on an event loop for one ``AsyncCoordinator``."""
+
+    sync: Runner
+    store: ThreadedAsyncStore
+
+    async def write(
+        self,
+        record: SagaRecord,
+        writes: Sequence[StepWrite] = (),
+        events: Sequence[Event] = (),
+        status: SagaStatus | None = None,
+        error: str | None = None,
+    ) -> SagaRecord:
+        change = engine.commit(record, writes, events, status, error)
+        cancel = await self.store.commit(change, self.sync.lease_ttl)
+        return engine.apply(record, change, cancel)
+
+    # -- forward ---------------------------------------------------------------------------
+
+    async def forward(
+        self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
+    ) -> SagaRecord:
+        """Run the remaining steps (concurrently where allowed); unwind and raise on failure."""
+        return await _Forward(self, saga, record).run(list(started))
+
+    async def attempts(
+        self,
+        cursor: engine.Cursor,
+        name: str,
+        attempt: int,
+        policy: RetryPolicy,
+        timeout: float | None,
+        action: Action,
+        data: Any = None,
+    ) -> Any:
+        """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first."""
+        last_error: str | None = None
+        async for retry_state in policy.async_retrying(attempts_used=attempt - 1):
+            with retry_state:
+                number = attempt - 1 + retry_state.retry_state.attempt_number
+                if number > attempt:
+                    start = engine.start(cursor.record, _recorded(cursor.record, name), number)
+                    events = engine.started_event(start, last_error)
+                    cursor.record = await self.write(cursor.record, [start], events)
+                context = self.sync._context(cursor.record, name, number, data)
+                try:
+                    result = await call(action, context, timeout, name)
+                except Exception as error:
+                    last_error = engine.describe(error)
+                    raise
+                faults.point("after_action", name)
+                return result
+        raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    # -- failing and unwinding ----------------------------------------------------------------
+
+    async def fail(
+        self, record: SagaRecord, name: str, error: BaseException | str, saga: Saga | None
+    ) -> SagaFailed:
+        """Record step ``name``'s failure, unwind if allowed; return what to raise."""
+        text = error if isinstance(error, str) else engine.describe(error)
+        write, event = engine.failed(record, name, text)
+        if engine.past_pivot(record):
+            stop = engine.moved(record, SagaStatus.FAILED, reason="failed after the pivot")
+            record = await self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
+            return SagaFailed(record.id, SagaStatus.FAILED, name)
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
+        record = await self.write(record, [write], [event, turn], SagaStatus.COMPENSATING, text)
+        return await self._unwound(record, saga, name)
+
+    async def cancelled(self, record: SagaRecord, saga: Saga | None) -> SagaFailed:
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason="cancel requested")
+        record = await self.write(record, [], [turn], SagaStatus.COMPENSATING)
+        return await self._unwound(record, saga, None)
+
+    async def _unwound(self, record: SagaRecord, saga: Saga | None, name: str | None) -> SagaFailed:
+        try:
+            record = await self.unwind(record, saga)
+        except SagaFailed as failure:
+            failure.failed_step = name
+            return failure
+        return SagaFailed(record.id, record.status, name)
+
+    async def unwind(
+        self, record: SagaRecord, saga: Saga | None, fresh: bool = False
+    ) -> SagaRecord:
+        """Compensate every step that may have acted, newest first, then finish."""
+        faults.point("before_unwind", None)
+        for step in engine.undo_stack(record):
+            record = await self._undo(record, step, saga, fresh)
+        status = engine.unwound_status(record)
+        faults.point("before_final_commit", None)
+        record = await self.write(record, [], [engine.moved(record, status)], status)
+        faults.point("after_final_commit", None)
+        return record
+
+    async def _undo(
+        self, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool
+    ) -> SagaRecord:
+        undo, policy = self.sync._compensation(record, step, saga)
+        if undo is None:
+            return record
+        used = 0 if fresh else step.undo_attempt
+        if not policy.allows(used + 1):
+            return await self._undo_exhausted(record, step.name, "compensation attempts used up")
+        try:
+            async for retry_state in policy.async_retrying(attempts_used=used):
+                with retry_state:
+                    write, event = engine.undo_started(record, step.name)
+                    faults.point("before_undo", step.name)
+                    record = await self.write(record, [write], [event])
+                    await call(undo, self.sync._undo_context(record, step.name), None, step.name)
+                    faults.point("after_undo", step.name)
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as error:
+            return await self._undo_exhausted(record, step.name, engine.describe(error), error)
+        write, event = engine.undone(record, step.name)
+        record = await self.write(record, [write], [event])
+        faults.point("after_undo_commit", step.name)
+        return record
+
+    async def _undo_exhausted(
+        self, record: SagaRecord, name: str, text: str, cause: BaseException | None = None
+    ) -> SagaRecord:
+        write, event = engine.undo_failed(record, name, text)
+        stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
+        record = await self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
+        raise SagaFailed(record.id, SagaStatus.FAILED, None) from cause
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Outcome:
+    step: StepRecord
+    result: Any
+    error: BaseException | None
+    ended: float
+
+
+@dataclasses.dataclass
+class _Forward:
+    """One forward run of a declarative saga: tasks for the steps in flight."""
+
+    runner: AsyncRunner
+    saga: Saga
+    record: SagaRecord
+    carried: list[StepWrite] = dataclasses.field(default_factory=list)
+    carried_events: list[Event] = dataclasses.field(default_factory=list)
+    failure: tuple[str, BaseException | str] | None = None
+    cancelled: bool = False
+
+    async def run(self, started: list[engine.RunStep]) -> SagaRecord:
+        running: dict[asyncio.Task[_Outcome], str] = {}
+        self._launch(running, started)
+        try:
+            while True:
+                if self.failure is None and not self.cancelled:
+                    decision = engine.ready(
+                        self.saga,
+                        self._ahead(),
+                        set(running.values()),
+                        self.saga.max_concurrency - len(running),
+                    )
+                    if isinstance(decision, engine.Complete) and not running:
+                        return await self._complete()
+                    if isinstance(decision, engine.GiveUp):
+                        self.failure = (
+                            decision.name,
+                            f"gave up after {decision.attempts} attempts",
+                        )
+                    elif isinstance(decision, list) and (decision or self.carried):
+                        self._launch(running, await self._start(decision))
+                if not running:
+                    if self.failure is None and not self.cancelled:
+                        continue
+                    raise await self._stop()
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in sorted(done, key=lambda t: t.result().ended):
+                    running.pop(task)
+                    self._collect(task.result())
+        finally:
+            for task in running:  # a lost lease or a dead database: stop the other branches
+                task.cancel()
+
+    def _ahead(self) -> SagaRecord:
+        return engine.apply(self.record, engine.commit(self.record, self.carried))
+
+    async def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
+        ahead = self._ahead()
+        starts = []
+        for step in steps:
+            declared = self.saga.by_name(step.name)
+            assert declared is not None
+            template = engine.template(ahead, step.name, declared.kind, declared.transactional)
+            write = engine.start(ahead, template, step.attempt)
+            starts.append(write)
+            ahead = engine.apply(ahead, engine.commit(ahead, [write]))
+        events = [*self.carried_events]
+        for write in starts:
+            events.extend(engine.started_event(write))
+        faults.point("before_start_commit", steps[0].name if steps else None)
+        self.record = await self.runner.write(self.record, [*self.carried, *starts], events)
+        faults.point("after_start_commit", steps[0].name if steps else None)
+        self.carried, self.carried_events = [], []
+        if self.record.cancel_requested and not engine.past_pivot(self.record):
+            self.cancelled = True
+            return []
+        return steps
+
+    def _launch(
+        self, running: dict[asyncio.Task[_Outcome], str], steps: list[engine.RunStep]
+    ) -> None:
+        for step in steps:
+            running[asyncio.create_task(self._branch(step))] = step.name
+
+    async def _branch(self, step: engine.RunStep) -> _Outcome:
+        declared = self.saga.by_name(step.name)
+        assert declared is not None
+        cursor = engine.Cursor(self.record)
+        data = decode(self.record.input)
+        try:
+            result = await self.runner.attempts(
+                cursor, step.name, step.attempt, declared.retry, declared.timeout, declared.fn, data
+            )
+        except INFRASTRUCTURE_ERRORS:
+            raise
+        except Exception as error:  # noqa: BLE001 - collected by the loop, then unwound
+            return _Outcome(_recorded(cursor.record, step.name), None, error, time.monotonic())
+        return _Outcome(_recorded(cursor.record, step.name), result, None, time.monotonic())
+
+    def _collect(self, outcome: _Outcome) -> None:
+        self.record = engine.with_step(self.record, outcome.step)
+        name = outcome.step.name
+        if outcome.error is not None:
+            if self.failure is None:
+                self.failure = (name, outcome.error)
+                return
+            write, event = engine.failed(self._ahead(), name, engine.describe(outcome.error))
+        else:
+            encoded = encode(
+                outcome.result, f"result of step {name!r}", self.runner.sync.payload_limit
+            )
+            write, event = engine.succeeded(self._ahead(), name, encoded)
+        self.carried.append(write)
+        self.carried_events.append(event)
+
+    async def _complete(self) -> SagaRecord:
+        done = engine.moved(self.record, SagaStatus.COMPLETED)
+        faults.point("before_final_commit", None)
+        record = await self.runner.write(
+            self.record, self.carried, [*self.carried_events, done], SagaStatus.COMPLETED
+        )
+        faults.point("after_final_commit", None)
+        return record
+
+    async def _stop(self) -> BaseException:
+        if self.carried:
+            self.record = await self.runner.write(self.record, self.carried, self.carried_events)
+        if self.saga.max_concurrency > 1:  # completion order comes from the database
+            self.record = await self.runner.store.load(self.record.id) or self.record
+        if self.failure is None:
+            return await self.runner.cancelled(self.record, self.saga)
+        name, error = self.failure
+        failure = await self.runner.fail(self.record, name, error, self.saga)
+        if isinstance(error, BaseException):
+            failure.__cause__ = error
+        return failure
+
+
+async def call(action: Action, context: StepContext, timeout: float | None, name: str) -> Any:
+    """Run ``action`` as the current step: awaited if async, in a thread if not."""
+    with entered(context):
+        if _is_async(action):
+            running = action(context)
+        else:
+            running = asyncio.to_thread(action, context)
+        scope = asyncio.timeout(timeout)
+        try:
+            async with scope:
+                result = await running
+        except TimeoutError:
+            if timeout is not None and scope.expired():
+                raise StepTimeoutError(name, timeout) from None
+            raise
+        if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
+            result = await result
+        return result
+
+
+def _is_async(action: Callable[..., Any]) -> bool:
+    while isinstance(action, functools.partial):
+        action = action.func
+    return inspect.iscoroutinefunction(action)
+
+
+def _recorded(record: SagaRecord, name: str) -> StepRecord:
+    step = record.step(name)
+    assert step is not None, name
+    return step
