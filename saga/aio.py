@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from saga import engine, faults, operations
@@ -76,11 +77,20 @@ class AsyncCoordinator:
 
     # -- running ----------------------------------------------------------------------------
 
-    async def run(self, saga: Saga | str, data: Any = None, *, key: str | None = None) -> SagaView:
+    async def run(
+        self,
+        saga: Saga | str,
+        data: Any = None,
+        *,
+        key: str | None = None,
+        deadline: timedelta | float | None = None,
+    ) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
         definition = self.sync._definition(saga)
         payload = encode(data, "input", self.sync.runner.payload_limit)
-        record, change, started = operations.new_saga(definition, key, payload.text, self.owner)
+        record, change, started = operations.new_saga(
+            definition, key, payload.text, self.owner, deadline
+        )
         first_name = started[0].name if started else None
         faults.point("before_start_commit", first_name)
         stored, created = await self.store.call(
@@ -106,9 +116,11 @@ class AsyncCoordinator:
             raise SagaFailed(view.id, view.status, engine.failed_step(record))
         return await self._forward(operations.checked(saga, record), record)
 
-    def saga(self, name: str, *, key: str | None = None) -> AsyncSagaScope:
+    def saga(
+        self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
+    ) -> AsyncSagaScope:
         """A context-manager saga: ``async with coord.saga(...) as s: await s.step(...)``."""
-        return AsyncSagaScope(self, name, key)
+        return AsyncSagaScope(self, name, key, operations.seconds(deadline))
 
     # -- reading --------------------------------------------------------------------------------
 

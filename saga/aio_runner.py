@@ -119,7 +119,9 @@ class AsyncRunner:
         return await self._unwound(record, saga, name)
 
     async def cancelled(self, record: SagaRecord, saga: Saga | None) -> SagaFailed:
-        turn = engine.moved(record, SagaStatus.COMPENSATING, reason="cancel requested")
+        """Stop as the store asked and unwind; see ``Runner.cancelled``."""
+        record = await self.store.load(record.id) or record
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason=engine.stop_reason(record))
         record = await self.write(record, [], [turn], SagaStatus.COMPENSATING)
         return await self._unwound(record, saga, None)
 
@@ -252,7 +254,7 @@ class _Forward:
         self.record = await self.runner.write(self.record, [*self.carried, *starts], events)
         faults.point("after_start_commit", steps[0].name if steps else None)
         self.carried, self.carried_events = [], []
-        if self.record.cancel_requested and not engine.past_pivot(self.record):
+        if self.record.stop and not engine.past_pivot(self.record):
             self.cancelled = True
             return []
         return steps

@@ -22,8 +22,15 @@ if TYPE_CHECKING:
 class AsyncSagaScope(ScopeCore):
     """The ``s`` in ``async with coord.saga(...) as s``; see :meth:`step`."""
 
-    def __init__(self, coordinator: AsyncCoordinator, name: str, key: str | None) -> None:
-        super().__init__(coordinator.owner, coordinator.sync.runner.payload_limit, name, key)
+    def __init__(
+        self,
+        coordinator: AsyncCoordinator,
+        name: str,
+        key: str | None,
+        deadline: float | None = None,
+    ) -> None:
+        limit = coordinator.sync.runner.payload_limit
+        super().__init__(coordinator.owner, limit, name, key, deadline)
         self.coordinator = coordinator
         self.runner = coordinator.runner
         self.store = coordinator.sync.store
@@ -72,7 +79,7 @@ class AsyncSagaScope(ScopeCore):
         else:
             self._record = await self.runner.write(self._record, [start], events)
         faults.point("after_start_commit", planned.template.name)
-        if self._record is not None and self._record.cancel_requested:
+        if self._record is not None and self._record.stop:
             raise await self.runner.cancelled(self._record, None)
 
     async def _create(self, start: StepWrite, events: list[Event]) -> None:
@@ -162,9 +169,7 @@ class AsyncSagaScope(ScopeCore):
 
     def _hold(self) -> None:
         assert self._record is not None
-        self._holding = self.coordinator.sync.heartbeat.holding(
-            self._record.id, self._record.epoch
-        )
+        self._holding = self.coordinator.sync.heartbeat.holding(self._record.id, self._record.epoch)
         self._holding.__enter__()
 
     def _release(self) -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 import socket
 import uuid
 from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import Any
 
 from saga import engine, faults, operations
@@ -20,7 +22,7 @@ from saga.errors import (
 from saga.lease import Heartbeat
 from saga.operations import operator_detail
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import Event, ListQuery, SagaRecord, SagaStore
+from saga.ports import Event, EventRecord, ListQuery, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.runner import Runner
@@ -89,7 +91,12 @@ class Coordinator:
             self._sagas[saga.name] = saga
 
     def run(
-        self, saga: Saga | str, data: Any = None, *, key: str | None = None
+        self,
+        saga: Saga | str,
+        data: Any = None,
+        *,
+        key: str | None = None,
+        deadline: timedelta | float | None = None,
     ) -> SagaView:
         """Run a declarative saga to its end and return its view.
 
@@ -100,7 +107,9 @@ class Coordinator:
         payload = encode(data, "input", self.runner.payload_limit)
         # No lookup by key first: creation clashes on (name, key) and returns
         # the existing saga, so a new saga costs no read-only round trip.
-        record, change, started = operations.new_saga(definition, key, payload.text, self.owner)
+        record, change, started = operations.new_saga(
+            definition, key, payload.text, self.owner, deadline
+        )
         first_name = started[0].name if started else None
         faults.point("before_start_commit", first_name)
         stored, created = self.store.create(record, change, self.lease_ttl)
@@ -141,9 +150,11 @@ class Coordinator:
 
     # -- context-manager sagas ------------------------------------------------------------
 
-    def saga(self, name: str, *, key: str | None = None) -> SagaScope:
+    def saga(
+        self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
+    ) -> SagaScope:
         """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
-        return SagaScope(self, name, key)
+        return SagaScope(self, name, key, operations.seconds(deadline))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -172,7 +183,7 @@ class Coordinator:
         )
         return [view_of(record) for record in self.store.list(query)]
 
-    def history(self, saga_id: str) -> list[Any]:
+    def history(self, saga_id: str) -> builtins.list[EventRecord]:  # list: the method above
         """The saga's events, oldest first."""
         self._load(saga_id)
         return self.store.events(saga_id)
@@ -185,9 +196,7 @@ class Coordinator:
 
     # -- recovery and operator actions ----------------------------------------------------
 
-    def recover(
-        self, *, compensate: bool = False, limit: int | None = None
-    ) -> RecoveryReport:
+    def recover(self, *, compensate: bool = False, limit: int | None = None) -> RecoveryReport:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
         report = RecoveryReport()
         seen: set[str] = set()
@@ -230,6 +239,7 @@ class Coordinator:
             assert saga is not None
             return self._forward(saga, record)
         if route == "turn":
+            self.runner.check_compensations(record, saga)  # refuse before changing anything
             record = self._turn(record, "recovery")
         return self._unwind(record, saga)
 

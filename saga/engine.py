@@ -98,8 +98,18 @@ def ready(
 
 def past_pivot(record: SagaRecord) -> bool:
     """Whether a pivot step succeeded: from then on the saga only goes forward."""
+    return any(s.kind is StepKind.PIVOT and s.status is StepStatus.SUCCEEDED for s in record.steps)
+
+
+def pivot_may_have_acted(record: SagaRecord) -> bool:
+    """Whether a pivot succeeded or started and never reported back (a crash mid-pivot).
+
+    Either way its irreversible effect may exist, so recovery must not unwind:
+    it goes forward, re-running an unconfirmed pivot to learn its outcome.
+    """
     return any(
-        s.kind is StepKind.PIVOT and s.status is StepStatus.SUCCEEDED for s in record.steps
+        s.kind is StepKind.PIVOT and s.status in (StepStatus.SUCCEEDED, StepStatus.RUNNING)
+        for s in record.steps
     )
 
 
@@ -132,6 +142,11 @@ def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
     """``record`` with ``step`` (same seq) replaced by a newer state of it."""
     steps = tuple(step if s.seq == step.seq else s for s in record.steps)
     return dataclasses.replace(record, steps=steps)
+
+
+def stop_reason(record: SagaRecord) -> str:
+    """Why the store asked a saga (as loaded) to stop at its step boundary."""
+    return "cancel requested" if record.cancel_requested else "deadline passed"
 
 
 def unwound_status(record: SagaRecord) -> SagaStatus:
@@ -189,7 +204,9 @@ def failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.FAILED)
     new = dataclasses.replace(step, status=StepStatus.FAILED, error=error)
-    return StepWrite(new, stamp="finished"), Event("step_failed", name, step.attempt, {"error": error})
+    return StepWrite(new, stamp="finished"), Event(
+        "step_failed", name, step.attempt, {"error": error}
+    )
 
 
 def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
@@ -220,10 +237,10 @@ def moved(record: SagaRecord, status: SagaStatus, **detail: object) -> Event:
     return Event(f"saga_{status.value}", detail=dict(detail) or None)
 
 
-def apply(record: SagaRecord, change: Commit, cancel: bool | None = None) -> SagaRecord:
+def apply(record: SagaRecord, change: Commit, stop: bool | None = None) -> SagaRecord:
     """``record`` as it is once ``change`` committed (timestamps aside).
 
-    ``cancel`` is the cancel flag the commit read back, when it read one.
+    ``stop`` is the commit's answer to "must this saga stop?", when it gave one.
     """
     steps = {s.seq: s for s in record.steps}
     for write in change.steps:
@@ -234,7 +251,7 @@ def apply(record: SagaRecord, change: Commit, cancel: bool | None = None) -> Sag
         error=change.error if change.error is not None else record.error,
         owner=None if change.release else record.owner,
         steps=tuple(steps[seq] for seq in sorted(steps)),
-        cancel_requested=record.cancel_requested if cancel is None else cancel,
+        stop=record.stop if stop is None else stop,
     )
 
 

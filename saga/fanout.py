@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from saga import engine
 from saga.codec import decode, encode
 from saga.definition import Saga
-from saga.errors import INFRASTRUCTURE_ERRORS
+from saga.errors import INFRASTRUCTURE_ERRORS, PayloadError
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus
 
@@ -113,7 +113,7 @@ class FanOut:
             events.extend(engine.started_event(write))
         self.record = self.runner.write(self.record, [*self.carried, *starts], events)
         self.carried, self.carried_events = [], []
-        if self.record.cancel_requested and not engine.past_pivot(self.record):
+        if self.record.stop and not engine.past_pivot(self.record):
             self.cancelled = True  # nothing new starts; in-flight steps finish first
             return []
         return steps
@@ -127,8 +127,13 @@ class FanOut:
         def branch() -> _Outcome:
             try:
                 result = self.runner.attempts(
-                    cursor, step.name, step.attempt, declared.retry, declared.timeout,
-                    declared.fn, data,
+                    cursor,
+                    step.name,
+                    step.attempt,
+                    declared.retry,
+                    declared.timeout,
+                    declared.fn,
+                    data,
                 )
             except INFRASTRUCTURE_ERRORS:
                 raise
@@ -144,7 +149,13 @@ class FanOut:
         if outcome.error is not None:
             self._branch_failed(branch.name, outcome.error)
             return
-        encoded = encode(outcome.result, f"result of step {branch.name!r}", self.runner.payload_limit)
+        try:
+            encoded = encode(
+                outcome.result, f"result of step {branch.name!r}", self.runner.payload_limit
+            )
+        except PayloadError as error:  # a result that cannot be stored fails its step
+            self._branch_failed(branch.name, error)
+            return
         write, event = engine.succeeded(self._ahead(), branch.name, encoded)
         self.carried.append(write)
         self.carried_events.append(event)

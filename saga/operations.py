@@ -10,21 +10,40 @@ from __future__ import annotations
 import getpass
 import socket
 import uuid
+from datetime import timedelta
 from typing import Literal
 
 from saga import engine
 from saga.definition import Saga
-from saga.errors import DefinitionError, OperationRefusedError, SagaFailed
+from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError, SagaFailed
 from saga.ports import Commit, Event, SagaRecord, StepWrite
 from saga.status import SagaStatus
 
 Route = Literal["forward", "unwind", "turn"]
 
 
+def seconds(deadline: timedelta | float | None) -> float | None:
+    """A deadline as seconds from now (``timedelta`` or a number of seconds)."""
+    if deadline is None:
+        return None
+    value = deadline.total_seconds() if isinstance(deadline, timedelta) else float(deadline)
+    if value <= 0:
+        raise ConfigurationError(f"deadline must be in the future, not {deadline!r}")
+    return value
+
+
 def new_saga(
-    saga: Saga, key: str | None, input_text: str, owner: str
+    saga: Saga,
+    key: str | None,
+    input_text: str,
+    owner: str,
+    deadline: timedelta | float | None = None,
 ) -> tuple[SagaRecord, Commit, list[engine.RunStep]]:
-    """A new declarative saga, its first commit (with its first steps started), those steps."""
+    """A new declarative saga, its first commit (with its first steps started), those steps.
+
+    ``deadline`` (else the definition's) bounds the saga's duration, counted
+    from its creation by the database clock.
+    """
     record = SagaRecord(
         id=str(uuid.uuid4()),
         name=saga.name,
@@ -35,6 +54,7 @@ def new_saga(
         version=saga.version,
         owner=owner,
         epoch=1,
+        deadline=seconds(deadline if deadline is not None else saga.deadline),
     )
     first = engine.ready(saga, record, (), saga.max_concurrency)
     started = first if isinstance(first, list) else []
@@ -99,7 +119,7 @@ def recovery_route(record: SagaRecord, saga: Saga | None, compensate: bool) -> R
     """
     if record.status is SagaStatus.COMPENSATING:
         return "unwind"
-    if saga is not None and engine.past_pivot(record):
+    if saga is not None and engine.pivot_may_have_acted(record):
         return "forward"
     wants_forward = not compensate and not record.cancel_requested
     if saga is not None and wants_forward and saga.on_crash == "resume":

@@ -9,6 +9,7 @@ and the store raises ``LeaseLostError``.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import uuid
 from collections.abc import Sequence
@@ -62,6 +63,8 @@ class SagaRecord:
     deadline: float | None = None
     cancel_requested: bool = False
     steps: tuple[StepRecord, ...] = ()
+    stop: bool = False
+    """Not stored: the last commit's answer that the saga must stop at its next step."""
 
     def step(self, name: str) -> StepRecord | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -144,15 +147,21 @@ class SagaStore(Protocol):
     def schema_version(self) -> int | None: ...
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
-        """Insert ``saga`` and apply ``first``; on a (name, key) clash return the existing one."""
+        """Insert ``saga`` and apply ``first``; on a (name, key) clash return the existing one.
+
+        At creation ``saga.deadline`` is in seconds *from now* (the database's
+        now); the store keeps it as an absolute time.
+        """
         ...
 
     def commit(self, change: Commit, lease_ttl: float) -> bool:
-        """Apply ``change`` fenced by its epoch and renew the lease; return cancel_requested."""
+        """Apply ``change`` fenced by its epoch; return whether the saga must stop
+        (a cancel was requested or its deadline passed, by the database clock)."""
         ...
 
     def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
-        """Extend the lease; return cancel_requested. ``LeaseLostError`` if superseded."""
+        """Extend the lease; return whether the saga must stop (as ``commit`` does).
+        ``LeaseLostError`` if superseded."""
         ...
 
     def load(self, saga_id: str) -> SagaRecord | None: ...
@@ -173,7 +182,7 @@ class SagaStore(Protocol):
 
     def list(self, query: ListQuery) -> list[SagaRecord]: ...
 
-    def events(self, saga_id: str) -> list[EventRecord]: ...
+    def events(self, saga_id: str) -> builtins.list[EventRecord]: ...  # list: the method
 
     def now(self) -> float:
         """The database clock, in seconds since the epoch."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import dataclasses
+import inspect
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,8 +19,8 @@ from saga import engine, faults
 from saga.codec import Encoded, decode, encode
 from saga.context import StepContext, entered
 from saga.definition import Saga, Step
-from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
 from saga.engine import Cursor
+from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, SagaStore, StepRecord, StepWrite
@@ -95,7 +95,7 @@ class Runner:
             assert step is not None
             if started is None:
                 record = self._start(record, ahead, step, decision.attempt, carried, carried_events)
-                if record.cancel_requested and not engine.past_pivot(record):
+                if record.stop and not engine.past_pivot(record):
                     raise self.cancelled(record, saga)
             started = None
             cursor = Cursor(record)
@@ -123,9 +123,7 @@ class Runner:
         faults.point("after_start_commit", step.name)
         return record
 
-    def _run_step(
-        self, cursor: Cursor, name: str, attempt: int, step: Step, saga: Saga
-    ) -> Encoded:
+    def _run_step(self, cursor: Cursor, name: str, attempt: int, step: Step, saga: Saga) -> Encoded:
         """The step's encoded result; a result that cannot be stored fails the step."""
         data = decode(cursor.record.input)
         try:
@@ -194,8 +192,10 @@ class Runner:
         return self._unwound(record, saga, name)
 
     def cancelled(self, record: SagaRecord, saga: Saga | None) -> SagaFailed:
-        """Turn a cancel request into unwinding; return what to raise."""
-        turn = engine.moved(record, SagaStatus.COMPENSATING, reason="cancel requested")
+        """Stop as the store asked (a cancel request or a passed deadline) and unwind;
+        return what to raise. The saga ends ``cancelled`` or ``compensated``."""
+        record = self.store.load(record.id) or record  # which of the two it was
+        turn = engine.moved(record, SagaStatus.COMPENSATING, reason=engine.stop_reason(record))
         record = self.write(record, [], [turn], SagaStatus.COMPENSATING)
         return self._unwound(record, saga, None)
 
@@ -225,7 +225,9 @@ class Runner:
         for step in engine.undo_stack(record):
             self._compensation(record, step, saga)
 
-    def _undo(self, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool) -> SagaRecord:
+    def _undo(
+        self, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool
+    ) -> SagaRecord:
         call, policy = self._compensation(record, step, saga)
         if call is None:
             return record

@@ -44,8 +44,16 @@ class PlannedStep:
 class ScopeCore:
     """What the sync and async context-manager sagas share: everything but I/O."""
 
-    def __init__(self, owner: str, payload_limit: int, name: str, key: str | None) -> None:
+    def __init__(
+        self,
+        owner: str,
+        payload_limit: int,
+        name: str,
+        key: str | None,
+        deadline: float | None = None,
+    ) -> None:
         self.owner = owner
+        self.deadline = deadline
         self.payload_limit = payload_limit
         self.name = name
         self.key = key
@@ -142,6 +150,7 @@ class ScopeCore:
             version=None,
             owner=self.owner,
             epoch=1,
+            deadline=self.deadline,
         )
 
     def _start_writes(self, planned: PlannedStep) -> tuple[StepWrite, list[Event]]:
@@ -150,6 +159,8 @@ class ScopeCore:
 
     def _unwinds(self, error: BaseException | None) -> bool:
         """Whether leaving the block must unwind the saga."""
+        if self._record is None:  # nothing recorded, no saga: the error propagates as it is
+            return False
         if error is None:
             return self._failed_step is not None
         if not isinstance(error, Exception):  # KeyboardInterrupt & co: leave it to recovery
@@ -199,8 +210,15 @@ class ScopeCore:
 class SagaScope(ScopeCore):
     """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
 
-    def __init__(self, coordinator: Coordinator, name: str, key: str | None) -> None:
-        super().__init__(coordinator.owner, coordinator.runner.payload_limit, name, key)
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        name: str,
+        key: str | None,
+        deadline: float | None = None,
+    ) -> None:
+        limit = coordinator.runner.payload_limit
+        super().__init__(coordinator.owner, limit, name, key, deadline)
         self.coordinator = coordinator
         self.runner = coordinator.runner
 
@@ -248,7 +266,7 @@ class SagaScope(ScopeCore):
         else:
             self._record = self.runner.write(self._record, [start], events)
         faults.point("after_start_commit", planned.template.name)
-        if self._record is not None and self._record.cancel_requested:
+        if self._record is not None and self._record.stop:
             raise self.runner.cancelled(self._record, None)
 
     def _create(self, start: StepWrite, events: list[Event]) -> None:
@@ -284,6 +302,8 @@ class SagaScope(ScopeCore):
                 timeout,
                 lambda _context: fn(*args, **kwargs),
             )
+            # A result that cannot be stored fails the step (whose action did run).
+            encoded = encode(result, f"result of step {name!r}", self.payload_limit)
         except INFRASTRUCTURE_ERRORS:
             raise
         except Exception:
@@ -291,7 +311,6 @@ class SagaScope(ScopeCore):
             self._failed_step = name
             raise
         self._record = cursor.record
-        encoded = encode(result, f"result of step {name!r}", self.payload_limit)
         write, event = engine.succeeded(self._record, name, encoded)
         self._record = self.runner.write(self._record, [write], [event])
         faults.point("after_success_commit", name)

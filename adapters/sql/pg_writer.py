@@ -83,15 +83,16 @@ _FENCE = (
     "lease_expires_at = CASE WHEN %(release)s::bool THEN {now} ELSE lease_expires_at END, "
     "owner = CASE WHEN %(release)s::bool THEN NULL ELSE owner END, "
     "status = COALESCE(%(status)s::text, status), error = COALESCE(%(error)s::text, error) "
-    "WHERE id = %(id)s AND epoch = %(epoch)s::int RETURNING cancel_requested)"
+    "WHERE id = %(id)s AND epoch = %(epoch)s::int "
+    "RETURNING cancel_requested OR COALESCE(deadline < {now}, false) AS stop)"
 ).format(now=_NOW)
 
 _CREATE = (
     "fence AS (INSERT INTO saga_instances (id, name, key, kind, status, input, version, owner, "
     "epoch, deadline, cancel_requested, created_at, updated_at, lease_expires_at, commit_token) "
     "VALUES (%(id)s, %(name)s, %(key)s, %(kind)s, %(status)s, %(input)s, %(version)s, "
-    "%(owner)s, %(epoch)s::int, %(deadline)s::float8, false, {now}, {now}, "
-    "{now} + %(ttl)s::float8, %(token)s) ON CONFLICT DO NOTHING RETURNING false AS cancel_requested)"
+    "%(owner)s, %(epoch)s::int, {now} + %(deadline)s::float8, false, {now}, {now}, "
+    "{now} + %(ttl)s::float8, %(token)s) ON CONFLICT DO NOTHING RETURNING false AS stop)"
 ).format(now=_NOW)
 
 
@@ -104,7 +105,7 @@ def statement(head: str, updates: int, inserts: int, events: int) -> str:
         parts.append(_step_inserts(inserts))
     if events:
         parts.append(_event_inserts(events))
-    return "WITH " + ", ".join(parts) + " SELECT cancel_requested FROM fence"
+    return "WITH " + ", ".join(parts) + " SELECT stop FROM fence"
 
 
 def commit_sql(change: Commit) -> tuple[str, dict[str, Any]]:
@@ -220,7 +221,8 @@ class PostgresHotPath:
         return execute_one(self.engine, sql, params) is not None
 
     def commit(self, change: Commit, lease_ttl: float) -> bool | None:
-        """Apply ``change``; its cancel flag, or None when the fence matched nothing."""
+        """Apply ``change``; whether the saga must stop (cancel requested or deadline
+        passed), or None when the fence matched nothing."""
         del lease_ttl  # leases are renewed by the heartbeat, not by commits
         sql, params = commit_sql(change)
         row = execute_one(self.engine, sql, params)

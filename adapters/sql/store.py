@@ -12,7 +12,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, delete, func, insert, inspect, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 
@@ -98,33 +98,34 @@ class SqlSagaStore:
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
 
     def _ensure_schema(self) -> None:
+        # Always called under the caller's retry: retrying here too would
+        # multiply the time an unreachable database takes to report.
         if not self._schema_ready:
+            self._create_tables()
             self._schema_ready = True
-            try:
-                self.create_schema()
-            except BaseException:
-                self._schema_ready = False
-                raise
 
     def create_schema(self) -> None:
         """Create the tables if they are missing and record the schema version."""
+        self._retried(self._create_tables)
+        self._schema_ready = True
 
-        def create(connection: Connection) -> None:
+    def _create_tables(self) -> None:
+        with self._translated(), self.engine.begin() as connection:
             self.dialect.lock_schema(connection)
             t.SagaInstanceRow.metadata.create_all(connection, tables=list(t.ALL_TABLES))
             if connection.execute(select(t.schema_version.c.version)).first() is None:
                 connection.execute(insert(t.schema_version).values(version=t.SCHEMA_VERSION))
 
-        for attempt in self.retry.retrying():
-            with attempt, self._translated(), self.engine.begin() as connection:
-                create(connection)
-        self._schema_ready = True
-
     def schema_version(self) -> int | None:
-        def read(connection: Connection) -> int | None:
-            return connection.execute(select(func.max(t.schema_version.c.version))).scalar()
+        """The recorded schema version; None while saga's tables do not exist (creates nothing)."""
 
-        return self._transaction(read)
+        def read() -> int | None:
+            with self._translated(), self.engine.begin() as connection:
+                if not inspect(connection).has_table(t.schema_version.name):
+                    return None
+                return connection.execute(select(func.max(t.schema_version.c.version))).scalar()
+
+        return self._retried(read)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -148,6 +149,7 @@ class SqlSagaStore:
                         "updated_at": now,
                         "lease_expires_at": now + lease_ttl,
                         "commit_token": first.token,
+                        "deadline": None if saga.deadline is None else now + saga.deadline,
                     }
                 )
                 .returning(t.instances.c.id)
@@ -200,15 +202,21 @@ class SqlSagaStore:
             raise LeaseLostError(change.saga_id, change.epoch)
         return cancel
 
+    def _stop(self) -> Any:
+        """True when the saga must stop at its next step: cancel requested or deadline passed."""
+        i = t.instances.c
+        deadline_passed = and_(i.deadline.is_not(None), i.deadline < self.dialect.now())
+        return or_(i.cancel_requested, deadline_passed).label("stop")
+
     def _landed(self, connection: Connection, change: Commit) -> bool | None:
         """After a lost acknowledgement: did our earlier attempt commit? (cancel flag if so)."""
         row = connection.execute(
-            select(t.instances.c.commit_token, t.instances.c.cancel_requested).where(
+            select(t.instances.c.commit_token, self._stop()).where(
                 t.instances.c.id == change.saga_id
             )
         ).first()
         if row is not None and row.commit_token == change.token:
-            return bool(row.cancel_requested)
+            return bool(row.stop)
         return None
 
     def _commit(self, connection: Connection, change: Commit, lease_ttl: float) -> bool:
@@ -225,12 +233,12 @@ class SqlSagaStore:
             update(t.instances)
             .where(t.instances.c.id == change.saga_id, t.instances.c.epoch == change.epoch)
             .values(values)
-            .returning(t.instances.c.cancel_requested)
+            .returning(self._stop())
         ).first()
         if row is None:
             raise LeaseLostError(change.saga_id, change.epoch)
         self._write_body(connection, change)
-        return bool(row.cancel_requested)
+        return bool(row.stop)
 
     def _write_body(self, connection: Connection, change: Commit) -> None:
         now = self.dialect.now()
@@ -270,11 +278,11 @@ class SqlSagaStore:
                 update(t.instances)
                 .where(t.instances.c.id == saga_id, t.instances.c.epoch == epoch)
                 .values(lease_expires_at=now + lease_ttl)
-                .returning(t.instances.c.cancel_requested)
+                .returning(self._stop())
             ).first()
             if row is None:
                 raise LeaseLostError(saga_id, epoch)
-            return bool(row.cancel_requested)
+            return bool(row.stop)
 
         return self._transaction(work)
 
@@ -282,7 +290,9 @@ class SqlSagaStore:
         def work(connection: Connection) -> SagaRecord:
             now = self.dialect.now()
             i = t.instances.c
-            free = or_(i.owner.is_(None), i.owner == owner, i.lease_expires_at < now)
+            # A live lease is never taken, not even from this owner: another thread of
+            # the same coordinator may be executing the saga right now.
+            free = or_(i.owner.is_(None), i.lease_expires_at < now)
             row = connection.execute(
                 update(t.instances)
                 .where(i.id == saga_id, free)
