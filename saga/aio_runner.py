@@ -25,7 +25,7 @@ from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
 from saga.runner import Action, Runner
-from saga.status import SagaStatus
+from saga.status import SagaStatus, StepStatus
 
 T = TypeVar("T")
 
@@ -82,8 +82,13 @@ class AsyncRunner:
         timeout: float | None,
         action: Action,
         data: Any = None,
+        transactional: bool = False,
     ) -> Any:
-        """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first."""
+        """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first.
+
+        A transactional action runs in a worker thread, inside the store
+        transaction that records its success (see ``Runner.transactional``).
+        """
         last_error: str | None = None
         async for retry_state in policy.async_retrying(attempts_used=attempt - 1):
             with retry_state:
@@ -94,7 +99,12 @@ class AsyncRunner:
                     cursor.record = await self.write(cursor.record, [start], events)
                 context = self.sync._context(cursor.record, name, number, data)
                 try:
-                    result = await call(action, context, timeout, name)
+                    if transactional:
+                        result = await asyncio.to_thread(
+                            self.sync.transactional, cursor, context, action, self.sync._succeeded
+                        )
+                    else:
+                        result = await call(action, context, timeout, name)
                 except Exception as error:
                     last_error = engine.describe(error)
                     raise
@@ -272,7 +282,14 @@ class _Forward:
         data = decode(self.record.input)
         try:
             result = await self.runner.attempts(
-                cursor, step.name, step.attempt, declared.retry, declared.timeout, declared.fn, data
+                cursor,
+                step.name,
+                step.attempt,
+                declared.retry,
+                declared.timeout,
+                declared.fn,
+                data,
+                declared.transactional,
             )
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -282,6 +299,8 @@ class _Forward:
 
     def _collect(self, outcome: _Outcome) -> None:
         self.record = engine.with_step(self.record, outcome.step)
+        if outcome.error is None and outcome.step.status is StepStatus.SUCCEEDED:
+            return  # transactional: its success was recorded with its own writes
         name = outcome.step.name
         if outcome.error is not None:
             if self.failure is None:

@@ -112,7 +112,13 @@ class AsyncSagaScope(ScopeCore):
 
         try:
             result = await self.runner.attempts(
-                cursor, name, planned.attempt, planned.policy, timeout, action
+                cursor,
+                name,
+                planned.attempt,
+                planned.policy,
+                timeout,
+                action,
+                transactional=planned.template.transactional,
             )
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -121,9 +127,10 @@ class AsyncSagaScope(ScopeCore):
             self._failed_step = name
             raise
         self._record = cursor.record
-        encoded = encode(result, f"result of step {name!r}", self.payload_limit)
-        write, event = engine.succeeded(self._record, name, encoded)
-        self._record = await self.runner.write(self._record, [write], [event])
+        if not planned.template.transactional:  # else recorded with its own writes
+            encoded = encode(result, f"result of step {name!r}", self.payload_limit)
+            write, event = engine.succeeded(self._record, name, encoded)
+            self._record = await self.runner.write(self._record, [write], [event])
         faults.point("after_success_commit", name)
         return result
 

@@ -127,8 +127,8 @@ def undo_stack(record: SagaRecord) -> list[StepRecord]:
     for step in record.steps:
         if step.status not in _MAY_HAVE_ACTED or step.kind is not StepKind.COMPENSATABLE:
             continue
-        if step.transactional and step.status is StepStatus.FAILED:
-            continue
+        if step.transactional and step.status in (StepStatus.FAILED, StepStatus.RUNNING):
+            continue  # its transaction never committed: nothing happened
         stack.append(step)
     return sorted(stack, key=_completion, reverse=True)
 

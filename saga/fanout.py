@@ -18,7 +18,7 @@ from saga.codec import decode, encode
 from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, PayloadError
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
-from saga.status import SagaStatus
+from saga.status import SagaStatus, StepStatus
 
 if TYPE_CHECKING:
     from saga.runner import Runner
@@ -134,6 +134,7 @@ class FanOut:
                     declared.timeout,
                     declared.fn,
                     data,
+                    declared.transactional,
                 )
             except INFRASTRUCTURE_ERRORS:
                 raise
@@ -148,6 +149,8 @@ class FanOut:
         self.record = engine.with_step(self.record, outcome.step)
         if outcome.error is not None:
             self._branch_failed(branch.name, outcome.error)
+            return
+        if outcome.step.status is StepStatus.SUCCEEDED:  # transactional: already recorded
             return
         try:
             encoded = encode(

@@ -23,7 +23,7 @@ from saga.engine import Cursor
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
-from saga.ports import Event, SagaRecord, SagaStore, StepRecord, StepWrite
+from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
 from saga.refs import Resolver
 from saga.status import SagaStatus, StepStatus
 
@@ -101,6 +101,9 @@ class Runner:
             cursor = Cursor(record)
             encoded = self._run_step(cursor, step.name, decision.attempt, step, saga)
             record = cursor.record
+            if step.transactional:  # its success committed with its own writes
+                carried, carried_events, ahead = [], [], record
+                continue
             write, event = engine.succeeded(record, step.name, encoded)
             carried, carried_events = [write], [event]
             ahead = engine.apply(record, engine.commit(record, carried))
@@ -127,7 +130,9 @@ class Runner:
         """The step's encoded result; a result that cannot be stored fails the step."""
         data = decode(cursor.record.input)
         try:
-            result = self.attempts(cursor, name, attempt, step.retry, step.timeout, step.fn, data)
+            result = self.attempts(
+                cursor, name, attempt, step.retry, step.timeout, step.fn, data, step.transactional
+            )
             return encode(result, f"result of step {name!r}", self.payload_limit)
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -143,8 +148,13 @@ class Runner:
         timeout: float | None,
         action: Action,
         data: Any = None,
+        transactional: bool = False,
     ) -> Any:
-        """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first."""
+        """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first.
+
+        A transactional action runs inside a store transaction that also
+        records its success: ``cursor.record`` then shows it succeeded.
+        """
         last_error: str | None = None
         for retry_state in policy.retrying(attempts_used=attempt - 1):
             with retry_state:
@@ -156,13 +166,44 @@ class Runner:
                     cursor.record = self.write(record, [start], events)
                 context = self._context(cursor.record, name, number, data)
                 try:
-                    result = _call(action, context, timeout, name)
+                    if transactional:
+                        result = self.transactional(cursor, context, action, self._succeeded)
+                    else:
+                        result = _call(action, context, timeout, name)
                 except Exception as error:
                     last_error = engine.describe(error)
                     raise
                 faults.point("after_action", name)
                 return result
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    def transactional(
+        self,
+        cursor: Cursor,
+        context: StepContext,
+        action: Action,
+        outcome: Callable[[SagaRecord, str, Any], tuple[StepWrite, Event]],
+    ) -> Any:
+        """Run ``action`` with ``context.session`` in the transaction that records ``outcome``
+        (success, or the compensation done); advance ``cursor``."""
+        name = context.step
+        change: list[Commit] = []
+
+        def work(session: Any) -> Any:
+            return _call(action, dataclasses.replace(context, session=session), None, name)
+
+        def record_outcome(result: Any) -> Commit:
+            write, event = outcome(cursor.record, name, result)
+            change.append(engine.commit(cursor.record, [write], [event]))
+            return change[-1]
+
+        result, stop = self.store.transact(work, record_outcome, self.lease_ttl)
+        cursor.record = engine.apply(cursor.record, change[-1], stop)
+        return result
+
+    def _succeeded(self, record: SagaRecord, name: str, result: Any) -> tuple[StepWrite, Event]:
+        encoded = encode(result, f"result of step {name!r}", self.payload_limit)
+        return engine.succeeded(record, name, encoded)
 
     def _context(self, record: SagaRecord, name: str, attempt: int, data: Any) -> StepContext:
         return StepContext(
@@ -241,6 +282,11 @@ class Runner:
                     faults.point("before_undo", step.name)
                     record = self.write(record, [write], [event])
                     context = self._undo_context(record, step.name)
+                    if step.transactional:  # the undo and its record commit together
+                        cursor = Cursor(record)
+                        self.transactional(cursor, context, call, _undone)
+                        faults.point("after_undo_commit", step.name)
+                        return cursor.record
                     _call(call, context, None, step.name)
                     faults.point("after_undo", step.name)
         except INFRASTRUCTURE_ERRORS:
@@ -288,6 +334,10 @@ class Runner:
             result=result,
             compensating=True,
         )
+
+
+def _undone(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:
+    return engine.undone(record, name)
 
 
 def results_of(record: SagaRecord) -> dict[str, Any]:

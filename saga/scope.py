@@ -301,6 +301,7 @@ class SagaScope(ScopeCore):
                 planned.policy,
                 timeout,
                 lambda _context: fn(*args, **kwargs),
+                transactional=planned.template.transactional,
             )
             # A result that cannot be stored fails the step (whose action did run).
             encoded = encode(result, f"result of step {name!r}", self.payload_limit)
@@ -311,8 +312,9 @@ class SagaScope(ScopeCore):
             self._failed_step = name
             raise
         self._record = cursor.record
-        write, event = engine.succeeded(self._record, name, encoded)
-        self._record = self.runner.write(self._record, [write], [event])
+        if not planned.template.transactional:  # else recorded with its own writes
+            write, event = engine.succeeded(self._record, name, encoded)
+            self._record = self.runner.write(self._record, [write], [event])
         faults.point("after_success_commit", name)
         return result
 

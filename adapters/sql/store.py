@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Row, and_, delete, func, insert, inspect, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from saga.errors import (
     CorruptRecordError,
@@ -60,6 +61,7 @@ class SqlSagaStore:
         self.retry = retry
         self.engine = dialect.create_engine(url)
         self.hot = dialect.hot_path(url)
+        self.session_factory: Callable[..., Session] = Session
         self._schema_ready = False
 
     # -- plumbing ---------------------------------------------------------------
@@ -133,7 +135,9 @@ class SqlSagaStore:
             self.hot.close()
 
     def now(self) -> float:
-        return self._transaction(lambda c: float(c.execute(select(self.dialect.now())).scalar_one()))
+        return self._transaction(
+            lambda c: float(c.execute(select(self.dialect.now())).scalar_one())
+        )
 
     # -- writes -------------------------------------------------------------------
 
@@ -192,6 +196,53 @@ class SqlSagaStore:
             return self._apply(change, lease_ttl)
 
         return self._retried(apply_or_recognise)
+
+    def transact(
+        self,
+        work: Callable[[Session], T],
+        change_for: Callable[[T], Commit],
+        lease_ttl: float,
+    ) -> tuple[T, bool]:
+        """Run ``work(session)`` and apply ``change_for(result)`` in one transaction.
+
+        The session joins the transaction through a savepoint, so a
+        ``session.commit()`` inside ``work`` cannot commit early. Serialisation
+        failures and deadlocks roll everything back and are retried with backoff,
+        running ``work`` again: nothing of the failed try was kept.
+        """
+        tries = 0
+        outcome: list[tuple[T, Commit]] = []
+
+        def once(connection: Connection) -> tuple[T, bool]:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and outcome:  # a lost acknowledgement may hide our commit
+                result, change = outcome[-1]
+                landed = self._landed(connection, change)
+                if landed is not None:
+                    return result, landed
+            result = self._work_in(connection, work)
+            change = change_for(result)
+            outcome.append((result, change))
+            return result, self._commit(connection, change, lease_ttl)
+
+        try:
+            return self._transaction(once)
+        except _StepRaised as raised:
+            raise raised.error from raised.error.__cause__
+
+    def _work_in(self, connection: Connection, work: Callable[[Session], T]) -> T:
+        """The step's own work, its errors kept apart from the store's."""
+        session = self.session_factory(bind=connection, join_transaction_mode="create_savepoint")
+        try:
+            with session:
+                result = work(session)
+                session.commit()  # releases the savepoint; the transaction stays open
+        except Exception as error:
+            if _is_conflict(error):  # rolled back by the database: safe to run again
+                raise StorageUnavailableError(f"{self.url}: {_first_line(error)}") from error
+            raise _StepRaised(error) from error
+        return result
 
     def _apply(self, change: Commit, lease_ttl: float) -> bool:
         if self.hot is None:
@@ -446,6 +497,25 @@ class SqlSagaStore:
 
 
 # -- row <-> record ----------------------------------------------------------------
+
+
+class _StepRaised(Exception):  # noqa: N818 - internal carrier, never escapes the store
+    """A step's own error, carried through the store's error translation untouched."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+_CONFLICT_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock detected
+
+
+def _is_conflict(error: BaseException) -> bool:
+    """A transaction the database aborted because of concurrent ones (retry it)."""
+    original = getattr(error, "orig", error)
+    if getattr(original, "sqlstate", None) in _CONFLICT_SQLSTATES:
+        return True
+    return "database is locked" in str(original)
 
 
 def _first_line(error: BaseException) -> str:
