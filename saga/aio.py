@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -143,7 +144,7 @@ class AsyncCoordinator:
             )
         )
 
-    async def history(self, saga_id: str) -> list[EventRecord]:
+    async def history(self, saga_id: str) -> builtins.list[EventRecord]:
         return await asyncio.to_thread(self.sync.history, saga_id)
 
     # -- recovery and operator actions --------------------------------------------------------

@@ -20,6 +20,7 @@ from saga.errors import PayloadError
 DEFAULT_PAYLOAD_LIMIT = 1024 * 1024
 """Largest encoded payload, in bytes (1 MiB)."""
 
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Encoded:
     """A value in its stored form."""
@@ -55,9 +56,9 @@ def encode(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Enco
         bad_path, problem = _find_problem(value, path)
         raise PayloadError(bad_path, problem) from error
     if "\\u0000" in text:
-        bad_path = _find_nul(value, path)
-        if bad_path is not None:
-            raise PayloadError(bad_path, "contains a NUL byte, which cannot be stored; remove it")
+        nul_path = _find_nul(value, path)
+        if nul_path is not None:
+            raise PayloadError(nul_path, "contains a NUL byte, which cannot be stored; remove it")
     size = len(text.encode("utf-8"))
     if size > limit:
         raise PayloadError(

@@ -66,11 +66,13 @@ class RetryPolicy:
         self, attempts_used: int = 0, sleep: Callable[[float], None] = time.sleep
     ) -> tenacity.Retrying:
         """A tenacity loop for the attempts left after ``attempts_used``."""
-        return tenacity.Retrying(sleep=sleep, reraise=True, **self._tenacity_args(attempts_used))
+        stop, wait, retry = self._tenacity_args(attempts_used)
+        return tenacity.Retrying(sleep=sleep, reraise=True, stop=stop, wait=wait, retry=retry)
 
     def async_retrying(self, attempts_used: int = 0) -> tenacity.AsyncRetrying:
         """The asyncio twin of :meth:`retrying`."""
-        return tenacity.AsyncRetrying(reraise=True, **self._tenacity_args(attempts_used))
+        stop, wait, retry = self._tenacity_args(attempts_used)
+        return tenacity.AsyncRetrying(reraise=True, stop=stop, wait=wait, retry=retry)
 
     def delay(self, attempt: int) -> float:
         """Delay after attempt number ``attempt`` failed, jitter included."""
@@ -78,17 +80,15 @@ class RetryPolicy:
         spread = base * self.jitter
         return max(0.0, base + random.uniform(-spread, spread))
 
-    def _tenacity_args(self, attempts_used: int) -> dict[str, object]:
+    def _tenacity_args(
+        self, attempts_used: int
+    ) -> tuple[tenacity.stop.stop_base, wait_base, tenacity.retry_base]:
         stop: tenacity.stop.stop_base = tenacity.stop_never
         if self.max_attempts is not None:
             stop = tenacity.stop_after_attempt(max(1, self.max_attempts - attempts_used))
         if self.max_elapsed is not None:
             stop = stop | tenacity.stop_after_delay(self.max_elapsed)
-        return {
-            "stop": stop,
-            "wait": _Backoff(self, attempts_used),
-            "retry": tenacity.retry_if_exception(self.retries),
-        }
+        return stop, _Backoff(self, attempts_used), tenacity.retry_if_exception(self.retries)
 
 
 class _Backoff(wait_base):

@@ -12,11 +12,12 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import uuid
-from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar
 
 from saga.status import SagaStatus, StepKind, StepStatus
 
+T = TypeVar("T")
 SagaKind = Literal["declarative", "imperative"]
 Stamp = Literal["started", "finished"] | None
 
@@ -174,6 +175,16 @@ class SagaStore(Protocol):
 
     def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
         """Claim up to ``limit`` sagas whose lease expired; return their ids."""
+        ...
+
+    def transact(
+        self,
+        work: Callable[[Any], T],
+        change_for: Callable[[T], Commit],
+        lease_ttl: float,
+    ) -> tuple[T, bool]:
+        """Run ``work(session)`` and apply ``change_for(its result)`` in one transaction
+        (transactional steps); ``session`` is a SQLAlchemy ``Session`` in it."""
         ...
 
     def request_cancel(self, saga_id: str, event: Event) -> None: ...

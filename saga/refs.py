@@ -29,7 +29,7 @@ def reference_of(fn: object, role: str) -> str:
             f"{role} {_describe(fn)} {problem}; saga stores functions by import path so that "
             "another process can run them: pass a module-level function"
         )
-    assert callable(fn)
+    assert inspect.isfunction(fn)
     ref = f"{fn.__module__}:{fn.__qualname__}"
     _known[ref] = fn
     return ref

@@ -6,8 +6,20 @@ from typing import Any
 
 import psycopg
 
-from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, func, text
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Float,
+    Insert,
+    Select,
+    Table,
+    cast,
+    create_engine,
+    func,
+    text,
+)
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import DBAPIError
 
 from saga.errors import StorageError, StorageUnavailableError
 
@@ -45,7 +57,7 @@ class PostgresDialect:
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.
-        return func.extract("epoch", func.clock_timestamp())
+        return cast(func.extract("epoch", func.clock_timestamp()), Float)
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
@@ -64,7 +76,10 @@ def execute_one(engine: Engine, statement: str, params: dict[str, Any]) -> Any:
     Driver errors become saga's: a broken connection is thrown away and
     reported as ``StorageUnavailableError`` (retried by the store).
     """
-    connection = engine.raw_connection()
+    try:
+        connection = engine.raw_connection()
+    except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
+        raise StorageUnavailableError(_first_line(error)) from error
     try:
         cursor = connection.cursor()
         cursor.execute(statement, params)

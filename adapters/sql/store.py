@@ -7,12 +7,13 @@ into ``StorageUnavailableError`` (retried) or ``StorageError``.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, inspect, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Row, and_, delete, func, insert, inspect, or_, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
@@ -452,7 +453,7 @@ class SqlSagaStore:
     def _list_statement(self, query: ListQuery) -> Any:
         i = t.instances.c
         now = self.dialect.now()
-        conditions = []
+        conditions: builtins.list[ColumnElement[bool]] = []
         if query.status:
             conditions.append(i.status.in_([s.value for s in query.status]))
         if query.name is not None:
@@ -473,8 +474,8 @@ class SqlSagaStore:
             .limit(query.limit)
         )
 
-    def events(self, saga_id: str) -> list[EventRecord]:
-        def work(connection: Connection) -> list[EventRecord]:
+    def events(self, saga_id: str) -> builtins.list[EventRecord]:
+        def work(connection: Connection) -> builtins.list[EventRecord]:
             e = t.events.c
             rows = connection.execute(
                 select(t.events).where(e.saga_id == saga_id).order_by(e.id)
@@ -483,9 +484,11 @@ class SqlSagaStore:
 
         return self._transaction(work)
 
-    def _with_steps(self, connection: Connection, rows: Sequence[Row[Any]]) -> list[SagaRecord]:
+    def _with_steps(
+        self, connection: Connection, rows: Sequence[Row[Any]]
+    ) -> builtins.list[SagaRecord]:
         ids = [row.id for row in rows]
-        by_saga: dict[str, list[StepRecord]] = {saga_id: [] for saga_id in ids}
+        by_saga: dict[str, builtins.list[StepRecord]] = {saga_id: [] for saga_id in ids}
         if ids:
             s = t.steps.c
             step_rows = connection.execute(
