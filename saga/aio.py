@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
 from saga import engine, faults, operations
-from saga.aio_runner import AsyncRunner, ThreadedAsyncStore
+from saga.aio_runner import AsyncRunner, Forward, ThreadedAsyncStore
 from saga.aio_scope import AsyncSagaScope
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
@@ -38,6 +38,7 @@ class AsyncCoordinator:
         trusted_modules: Iterable[str] = (),
         store: SagaStore | None = None,
         store_retry: RetryPolicy = STORE_RETRY,
+        session_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.sync = Coordinator(
             url,
@@ -46,6 +47,7 @@ class AsyncCoordinator:
             trusted_modules=trusted_modules,
             store=store,
             store_retry=store_retry,
+            session_factory=session_factory,
         )
         self.store = ThreadedAsyncStore(self.sync.store)
         self.runner = AsyncRunner(self.sync.runner, self.store)
@@ -105,8 +107,14 @@ class AsyncCoordinator:
     async def _forward(
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
-        with self.sync.heartbeat.holding(record.id, record.epoch):
-            return view_of(await self.runner.forward(saga, record, started))
+        forward = Forward(self.runner, saga, record)
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:  # on the heartbeat thread: a cancel request or a passed deadline
+            loop.call_soon_threadsafe(forward.stop_requested)
+
+        with self.sync.heartbeat.holding(record.id, record.epoch, stop):
+            return view_of(await forward.run(list(started)))
 
     async def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
         if operations.rerun(saga, existing, input_text):
@@ -176,7 +184,7 @@ class AsyncCoordinator:
             return RecoveryOutcome(saga_id, record.name, view.status, None)
         except SagaFailed as failure:
             return RecoveryOutcome(saga_id, record.name if record else "?", failure.status, None)
-        except Exception as error:  # noqa: BLE001 - one saga's problem never stops the others
+        except Exception as error:  # one saga's problem never stops the others
             await asyncio.to_thread(self.sync._refused, saga_id, error)
             return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
 
@@ -187,6 +195,7 @@ class AsyncCoordinator:
             assert saga is not None
             return await self._forward(saga, record)
         if route == "turn":
+            self.sync.runner.check_compensations(record, saga)  # refuse before changing anything
             record = await self._turn(record, "recovery")
         return await self._unwind(record, saga)
 

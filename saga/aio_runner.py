@@ -24,8 +24,8 @@ from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
-from saga.runner import Action, Runner
-from saga.status import SagaStatus, StepStatus
+from saga.runner import Action, Runner, undone_outcome
+from saga.status import SagaStatus, StepKind, StepStatus
 
 T = TypeVar("T")
 
@@ -71,7 +71,20 @@ class AsyncRunner:
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaRecord:
         """Run the remaining steps (concurrently where allowed); unwind and raise on failure."""
-        return await _Forward(self, saga, record).run(list(started))
+        return await Forward(self, saga, record).run(list(started))
+
+    async def _write_start(
+        self, cursor: engine.Cursor, start: StepWrite, events: Sequence[Event]
+    ) -> None:
+        """Commit the start of a retry and advance ``cursor``, even when the step is
+        cancelled meanwhile: ``cursor`` must say what the store holds, because a
+        cancelled step is then recorded (failed) from it."""
+        writing = asyncio.ensure_future(self.write(cursor.record, [start], events))
+        try:
+            cursor.record = await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            cursor.record = await writing
+            raise
 
     async def attempts(
         self,
@@ -96,7 +109,7 @@ class AsyncRunner:
                 if number > attempt:
                     start = engine.start(cursor.record, _recorded(cursor.record, name), number)
                     events = engine.started_event(start, last_error)
-                    cursor.record = await self.write(cursor.record, [start], events)
+                    await self._write_start(cursor, start, events)
                 context = self.sync._context(cursor.record, name, number, data)
                 try:
                     if transactional:
@@ -147,6 +160,7 @@ class AsyncRunner:
         self, record: SagaRecord, saga: Saga | None, fresh: bool = False
     ) -> SagaRecord:
         """Compensate every step that may have acted, newest first, then finish."""
+        self.sync.check_compensations(record, saga)
         faults.point("before_unwind", None)
         for step in engine.undo_stack(record):
             record = await self._undo(record, step, saga, fresh)
@@ -171,7 +185,15 @@ class AsyncRunner:
                     write, event = engine.undo_started(record, step.name)
                     faults.point("before_undo", step.name)
                     record = await self.write(record, [write], [event])
-                    await call(undo, self.sync._undo_context(record, step.name), None, step.name)
+                    context = self.sync._undo_context(record, step.name)
+                    if step.transactional:  # the undo and its record commit together
+                        cursor = engine.Cursor(record)
+                        await asyncio.to_thread(
+                            self.sync.transactional, cursor, context, undo, undone_outcome
+                        )
+                        faults.point("after_undo_commit", step.name)
+                        return cursor.record
+                    await call(undo, context, None, step.name)
                     faults.point("after_undo", step.name)
         except INFRASTRUCTURE_ERRORS:
             raise
@@ -195,13 +217,31 @@ class AsyncRunner:
 class _Outcome:
     step: StepRecord
     result: Any
-    error: BaseException | None
+    error: BaseException | str | None
     ended: float
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Branch:
+    """A step in flight: its task's view of the step, and whether it may be cancelled."""
+
+    name: str
+    cursor: engine.Cursor
+    cancellable: bool
+
+
 @dataclasses.dataclass
-class _Forward:
-    """One forward run of a declarative saga: tasks for the steps in flight."""
+class Forward:
+    """One forward run of a declarative saga: tasks for the steps in flight.
+
+    The first failure is recorded at once, the saga turning ``compensating``
+    in the same commit. Steps in flight whose action is an ``async``
+    function (compensatable, not transactional) are then cancelled and
+    recorded failed, so that they are compensated; the others (sync
+    functions in worker threads, transactional steps, pivots) cannot be
+    stopped safely and are waited for. Each completion after the failure is
+    its own commit, so the unwinding goes newest first by completion.
+    """
 
     runner: AsyncRunner
     saga: Saga
@@ -209,46 +249,71 @@ class _Forward:
     carried: list[StepWrite] = dataclasses.field(default_factory=list)
     carried_events: list[Event] = dataclasses.field(default_factory=list)
     failure: tuple[str, BaseException | str] | None = None
+    turned: bool = False
     cancelled: bool = False
+    running: dict[asyncio.Task[_Outcome], _Branch] = dataclasses.field(default_factory=dict)
+    why_cancelled: str = "cancelled"
 
     async def run(self, started: list[engine.RunStep]) -> SagaRecord:
-        running: dict[asyncio.Task[_Outcome], str] = {}
-        self._launch(running, started)
+        """Carry the saga forward; ``started`` steps are already durably started."""
+        self._launch(started)
         try:
             while True:
-                if self.failure is None and not self.cancelled:
+                if self._stopping and not self.running:
+                    if self._resumes_past_pivot():
+                        continue
+                    raise await self._stop()
+                if not self._stopping:
                     decision = engine.ready(
                         self.saga,
                         self._ahead(),
-                        set(running.values()),
-                        self.saga.max_concurrency - len(running),
+                        {branch.name for branch in self.running.values()},
+                        self.saga.max_concurrency - len(self.running),
                     )
-                    if isinstance(decision, engine.Complete) and not running:
+                    if isinstance(decision, engine.Complete):
                         return await self._complete()
                     if isinstance(decision, engine.GiveUp):
-                        self.failure = (
-                            decision.name,
-                            f"gave up after {decision.attempts} attempts",
-                        )
-                    elif isinstance(decision, list) and (decision or self.carried):
-                        self._launch(running, await self._start(decision))
-                if not running:
-                    if self.failure is None and not self.cancelled:
+                        text = f"gave up after {decision.attempts} attempts"
+                        await self._fail_first(decision.name, text)
                         continue
-                    raise await self._stop()
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in sorted(done, key=lambda t: t.result().ended):
-                    running.pop(task)
-                    self._collect(task.result())
+                    if decision or self.carried:
+                        self._launch(await self._start(decision))
+                    if not self.running:
+                        continue
+                done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+                outcomes = [self._outcome(task) for task in done]
+                for outcome in sorted(outcomes, key=lambda o: o.ended):
+                    await self._collect(outcome)
+                    if self._stopping:
+                        await self._flush()
         finally:
-            for task in running:  # a lost lease or a dead database: stop the other branches
-                task.cancel()
+            await self._abandon()
+
+    def stop_requested(self) -> None:
+        """The lease renewal found a cancel request or a passed deadline: stop now,
+        cancelling the async steps in flight (called on the event loop's thread)."""
+        if self._stopping or engine.pivot_may_have_acted(self._ahead()):
+            return
+        self.cancelled = True
+        self._cancel_in_flight("stopped: cancel requested or deadline passed")
+
+    @property
+    def _stopping(self) -> bool:
+        return self.failure is not None or self.cancelled
+
+    def _resumes_past_pivot(self) -> bool:
+        """A stop request came while a pivot was in flight and the pivot succeeded:
+        the saga can only go forward now, so the request is ignored."""
+        if self.failure is None and self.cancelled and engine.past_pivot(self._ahead()):
+            self.cancelled = False
+            return True
+        return False
 
     def _ahead(self) -> SagaRecord:
         return engine.apply(self.record, engine.commit(self.record, self.carried))
 
     async def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
-        ahead = self._ahead()
+        ahead = before = self._ahead()
         starts = []
         for step in steps:
             declared = self.saga.by_name(step.name)
@@ -264,21 +329,27 @@ class _Forward:
         self.record = await self.runner.write(self.record, [*self.carried, *starts], events)
         faults.point("after_start_commit", steps[0].name if steps else None)
         self.carried, self.carried_events = [], []
-        if self.record.stop and not engine.past_pivot(self.record):
+        if self.record.stop and not engine.pivot_may_have_acted(before):
             self.cancelled = True
-            return []
-        return steps
+        # Started but not launched (a stop arrived meanwhile): compensated as "may have acted".
+        return [] if self._stopping else steps
 
-    def _launch(
-        self, running: dict[asyncio.Task[_Outcome], str], steps: list[engine.RunStep]
-    ) -> None:
+    def _launch(self, steps: list[engine.RunStep]) -> None:
         for step in steps:
-            running[asyncio.create_task(self._branch(step))] = step.name
+            declared = self.saga.by_name(step.name)
+            assert declared is not None
+            cursor = engine.Cursor(self.record)
+            cancellable = (
+                declared.kind is StepKind.COMPENSATABLE
+                and not declared.transactional
+                and _is_async(declared.fn)
+            )
+            task = asyncio.create_task(self._branch(step, cursor), name=f"saga-step-{step.name}")
+            self.running[task] = _Branch(step.name, cursor, cancellable)
 
-    async def _branch(self, step: engine.RunStep) -> _Outcome:
+    async def _branch(self, step: engine.RunStep, cursor: engine.Cursor) -> _Outcome:
         declared = self.saga.by_name(step.name)
         assert declared is not None
-        cursor = engine.Cursor(self.record)
         data = decode(self.record.input)
         try:
             result = await self.runner.attempts(
@@ -291,29 +362,70 @@ class _Forward:
                 data,
                 declared.transactional,
             )
+            # A result that cannot be stored fails its step (PayloadError), like any error.
+            encode(result, f"result of step {step.name!r}", self.runner.sync.payload_limit)
         except INFRASTRUCTURE_ERRORS:
             raise
-        except Exception as error:  # noqa: BLE001 - collected by the loop, then unwound
+        except Exception as error:  # collected by the loop, then unwound
             return _Outcome(_recorded(cursor.record, step.name), None, error, time.monotonic())
         return _Outcome(_recorded(cursor.record, step.name), result, None, time.monotonic())
 
-    def _collect(self, outcome: _Outcome) -> None:
+    def _outcome(self, task: asyncio.Task[_Outcome]) -> _Outcome:
+        """How a finished task ended; a cancelled one counts as a failed attempt."""
+        branch = self.running.pop(task)
+        if task.cancelled():
+            step = _recorded(branch.cursor.record, branch.name)
+            return _Outcome(step, None, self.why_cancelled, time.monotonic())
+        return task.result()  # a lost lease or a dead database propagates from here
+
+    def _cancel_in_flight(self, why: str) -> None:
+        self.why_cancelled = why
+        for task, branch in self.running.items():
+            if branch.cancellable:
+                task.cancel()
+
+    async def _collect(self, outcome: _Outcome) -> None:
         self.record = engine.with_step(self.record, outcome.step)
         if outcome.error is None and outcome.step.status is StepStatus.SUCCEEDED:
             return  # transactional: its success was recorded with its own writes
         name = outcome.step.name
-        if outcome.error is not None:
-            if self.failure is None:
-                self.failure = (name, outcome.error)
-                return
-            write, event = engine.failed(self._ahead(), name, engine.describe(outcome.error))
-        else:
+        if outcome.error is None:
             encoded = encode(
                 outcome.result, f"result of step {name!r}", self.runner.sync.payload_limit
             )
             write, event = engine.succeeded(self._ahead(), name, encoded)
+        elif not self._stopping:
+            await self._fail_first(name, outcome.error)
+            return
+        else:
+            write, event = engine.failed(self._ahead(), name, _text(outcome.error))
         self.carried.append(write)
         self.carried_events.append(event)
+
+    async def _fail_first(self, name: str, error: BaseException | str) -> None:
+        """Record the first failure and turn ``compensating`` in one commit; cancel
+        the async steps in flight. While a pivot may have acted the turn waits
+        for the steps in flight: if the pivot succeeded, the saga ends ``failed``."""
+        self.failure = (name, error)
+        ahead = self._ahead()
+        if engine.pivot_may_have_acted(ahead):
+            return
+        self._cancel_in_flight(f"cancelled: step {name!r} failed")
+        text = _text(error)
+        write, event = engine.failed(ahead, name, text)
+        turn = engine.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
+        writes, events = [*self.carried, write], [*self.carried_events, event, turn]
+        self.carried, self.carried_events = [], []
+        self.record = await self.runner.write(
+            self.record, writes, events, SagaStatus.COMPENSATING, text
+        )
+        self.turned = True
+
+    async def _flush(self) -> None:
+        """Commit what the last completion left to write (while stopping: one commit each)."""
+        if self.carried:
+            self.record = await self.runner.write(self.record, self.carried, self.carried_events)
+            self.carried, self.carried_events = [], []
 
     async def _complete(self) -> SagaRecord:
         done = engine.moved(self.record, SagaStatus.COMPLETED)
@@ -325,26 +437,38 @@ class _Forward:
         return record
 
     async def _stop(self) -> BaseException:
-        if self.carried:
-            self.record = await self.runner.write(self.record, self.carried, self.carried_events)
+        await self._flush()
         if self.saga.max_concurrency > 1:  # completion order comes from the database
             self.record = await self.runner.store.load(self.record.id) or self.record
         if self.failure is None:
             return await self.runner.cancelled(self.record, self.saga)
         name, error = self.failure
-        failure = await self.runner.fail(self.record, name, error, self.saga)
+        if self.turned:
+            failure = await self.runner._unwound(self.record, self.saga, name)
+        else:
+            failure = await self.runner.fail(self.record, name, error, self.saga)
         if isinstance(error, BaseException):
             failure.__cause__ = error
         return failure
+
+    async def _abandon(self) -> None:
+        """Leaving early (a lost lease, a dead database, the caller cancelled):
+        stop waiting for the steps in flight; recovery finishes the saga."""
+        tasks = list(self.running)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _text(error: BaseException | str) -> str:
+    return error if isinstance(error, str) else engine.describe(error)
 
 
 async def call(action: Action, context: StepContext, timeout: float | None, name: str) -> Any:
     """Run ``action`` as the current step: awaited if async, in a thread if not."""
     with entered(context):
-        if _is_async(action):
-            running = action(context)
-        else:
-            running = asyncio.to_thread(action, context)
+        running = action(context) if _is_async(action) else asyncio.to_thread(action, context)
         scope = asyncio.timeout(timeout)
         try:
             async with scope:

@@ -120,6 +120,8 @@ class AsyncSagaScope(ScopeCore):
                 action,
                 transactional=planned.template.transactional,
             )
+            # A result that cannot be stored fails the step (whose action did run).
+            encoded = encode(result, f"result of step {name!r}", self.payload_limit)
         except INFRASTRUCTURE_ERRORS:
             raise
         except Exception:
@@ -128,7 +130,6 @@ class AsyncSagaScope(ScopeCore):
             raise
         self._record = cursor.record
         if not planned.template.transactional:  # else recorded with its own writes
-            encoded = encode(result, f"result of step {name!r}", self.payload_limit)
             write, event = engine.succeeded(self._record, name, encoded)
             self._record = await self.runner.write(self._record, [write], [event])
         faults.point("after_success_commit", name)

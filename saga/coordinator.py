@@ -6,7 +6,7 @@ import builtins
 import os
 import socket
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +44,9 @@ class Coordinator:
     ``lease_ttl`` is how long (seconds) a silent process keeps its sagas
     before a recoverer may take them. ``trusted_modules`` names modules whose
     functions stored references may resolve to (what ``--app`` does).
+    ``session_factory`` (the application's ``sessionmaker``) makes the
+    ``ctx.session`` of transactional steps; it must point at the store's own
+    database (``ConfigurationError`` otherwise).
     """
 
     def __init__(
@@ -55,8 +58,11 @@ class Coordinator:
         trusted_modules: Iterable[str] = (),
         store: SagaStore | None = None,
         store_retry: RetryPolicy = STORE_RETRY,
+        session_factory: Callable[..., Any] | None = None,
     ) -> None:
         self.store: SagaStore = store if store is not None else open_store(url, store_retry)
+        if session_factory is not None:
+            use_session_factory(self.store, session_factory)
         self.lease_ttl = lease_ttl
         self.owner = new_owner_id()
         self.resolver = Resolver(trusted_modules)
@@ -105,6 +111,8 @@ class Coordinator:
         """
         definition = self._definition(saga)
         payload = encode(data, "input", self.runner.payload_limit)
+        if key is not None:  # a NUL byte or an oversized key is refused on every backend
+            encode(key, "key", self.runner.payload_limit)
         # No lookup by key first: creation clashes on (name, key) and returns
         # the existing saga, so a new saga costs no read-only round trip.
         record, change, started = operations.new_saga(
@@ -154,6 +162,8 @@ class Coordinator:
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
     ) -> SagaScope:
         """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
+        if key is not None:  # a NUL byte or an oversized key is refused on every backend
+            encode(key, "key", self.runner.payload_limit)
         return SagaScope(self, name, key, operations.seconds(deadline))
 
     # -- reading ----------------------------------------------------------------------------
@@ -310,6 +320,17 @@ class Coordinator:
         if record.status is not SagaStatus.RUNNING:
             return view_of(record)
         return self._unwind(self._turn(record, "cancel requested"), saga)
+
+
+def use_session_factory(store: SagaStore, factory: Callable[..., Any]) -> None:
+    """Install the application's session factory on a SQL store (checked there)."""
+    install = getattr(store, "use_session_factory", None)
+    if install is None:
+        raise ConfigurationError(
+            f"the store at {store.url} has no SQL transactions to join; "
+            "session_factory needs a PostgreSQL or SQLite store"
+        )
+    install(factory)
 
 
 def _statuses(

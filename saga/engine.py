@@ -81,6 +81,8 @@ def ready(
     deps = saga.dependencies()
     found: list[RunStep] = []
     for step in saga.order():
+        if limit is not None and len(found) >= limit:
+            break  # limit 0 (no room left) starts nothing
         if step.name in done or step.name in running:
             continue
         if not all(d in done for d in deps[step.name]):
@@ -91,8 +93,6 @@ def ready(
             assert recorded is not None
             return GiveUp(step.name, recorded.attempt)
         found.append(RunStep(step.name, attempt))
-        if limit is not None and len(found) >= limit:
-            break
     return found
 
 

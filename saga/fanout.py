@@ -3,7 +3,11 @@
 The main thread owns the saga's record and makes every start durable before
 submitting a step to the pool; worker threads only run actions (and commit
 their own retries, which touch only their step's row). A failure stops new
-starts, waits for the steps in flight, records how each ended, then unwinds.
+starts and is recorded at once, with the saga turning ``compensating`` (so a
+crash from then on unwinds); the steps still in flight are waited for (a
+thread cannot be stopped), each completion is committed on its own so the
+database's finish times give the completion order, then everything that may
+have started is compensated, newest first by completion.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class FanOut:
     carried: list[StepWrite] = dataclasses.field(default_factory=list)
     carried_events: list[Event] = dataclasses.field(default_factory=list)
     failure: tuple[str, BaseException | str] | None = None
+    turned: bool = False
     cancelled: bool = False
 
     def run(self, started: list[engine.RunStep]) -> SagaRecord:
@@ -49,12 +54,13 @@ class FanOut:
             running: dict[Future[_Outcome], _Branch] = {}
             self._submit_all(pool, running, started)
             while True:
-                if self._stopping:
-                    if not running:
-                        raise self._stop()
-                elif not running and self._finished():
-                    return self._complete()
-                else:
+                if self._stopping and not running:
+                    if self._resumes_past_pivot():
+                        continue
+                    raise self._stop()
+                if not self._stopping:
+                    if not running and self._finished():
+                        return self._complete()
                     self._advance(pool, running)
                     if not running:
                         continue
@@ -63,12 +69,22 @@ class FanOut:
                 # times give the completion order that unwinding follows.
                 for future in sorted(done, key=lambda f: f.result().ended):
                     self._collect(running.pop(future), future)
-                    if not self._stopping:
+                    if self._stopping:
+                        self._flush()
+                    else:
                         self._advance(pool, running)
 
     @property
     def _stopping(self) -> bool:
         return self.failure is not None or self.cancelled
+
+    def _resumes_past_pivot(self) -> bool:
+        """A stop request came while a pivot was in flight, and the pivot succeeded:
+        the saga can only go forward now, so the request is ignored."""
+        if self.failure is None and self.cancelled and engine.past_pivot(self._ahead()):
+            self.cancelled = False
+            return True
+        return False
 
     def _finished(self) -> bool:
         return isinstance(engine.ready(self.saga, self._ahead(), (), 0), engine.Complete)
@@ -79,7 +95,7 @@ class FanOut:
         room = self.saga.max_concurrency - len(running)
         decision = engine.ready(self.saga, self._ahead(), names, room)
         if isinstance(decision, engine.GiveUp):
-            self.failure = (decision.name, f"gave up after {decision.attempts} attempts")
+            self._fail_first(decision.name, f"gave up after {decision.attempts} attempts")
             return
         steps = decision if isinstance(decision, list) else []
         if steps or self.carried:
@@ -99,7 +115,7 @@ class FanOut:
         return engine.apply(self.record, engine.commit(self.record, self.carried))
 
     def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
-        ahead = self._ahead()
+        ahead = before = self._ahead()
         starts = []
         for step in steps:
             declared = self.saga.by_name(step.name)
@@ -113,7 +129,7 @@ class FanOut:
             events.extend(engine.started_event(write))
         self.record = self.runner.write(self.record, [*self.carried, *starts], events)
         self.carried, self.carried_events = [], []
-        if self.record.stop and not engine.past_pivot(self.record):
+        if self.record.stop and not engine.pivot_may_have_acted(before):
             self.cancelled = True  # nothing new starts; in-flight steps finish first
             return []
         return steps
@@ -138,7 +154,7 @@ class FanOut:
                 )
             except INFRASTRUCTURE_ERRORS:
                 raise
-            except Exception as error:  # noqa: BLE001 - handed to the main thread
+            except Exception as error:  # handed to the main thread
                 return _Outcome(_latest(cursor, step.name), None, error, time.monotonic())
             return _Outcome(_latest(cursor, step.name), result, None, time.monotonic())
 
@@ -164,12 +180,38 @@ class FanOut:
         self.carried_events.append(event)
 
     def _branch_failed(self, name: str, error: BaseException) -> None:
-        if self.failure is None:  # the first failure is recorded by runner.fail
-            self.failure = (name, error)
+        if not self._stopping:
+            self._fail_first(name, error)
             return
         write, event = engine.failed(self._ahead(), name, engine.describe(error))
         self.carried.append(write)
         self.carried_events.append(event)
+
+    def _fail_first(self, name: str, error: BaseException | str) -> None:
+        """Record the first failure and turn the saga ``compensating`` in one commit.
+
+        While a pivot may have acted the turn waits until the steps in flight
+        ended: if the pivot succeeded, the saga can only end ``failed``.
+        """
+        self.failure = (name, error)
+        ahead = self._ahead()
+        if engine.pivot_may_have_acted(ahead):
+            return
+        text = error if isinstance(error, str) else engine.describe(error)
+        write, event = engine.failed(ahead, name, text)
+        turn = engine.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
+        writes, events = [*self.carried, write], [*self.carried_events, event, turn]
+        self.carried, self.carried_events = [], []
+        self.record = self.runner.write(
+            self.record, writes, events, SagaStatus.COMPENSATING, text
+        )
+        self.turned = True
+
+    def _flush(self) -> None:
+        """Commit what the last completion left to write (while stopping: one commit each)."""
+        if self.carried:
+            self.record = self.runner.write(self.record, self.carried, self.carried_events)
+            self.carried, self.carried_events = [], []
 
     def _complete(self) -> SagaRecord:
         done = engine.moved(self.record, SagaStatus.COMPLETED)
@@ -178,14 +220,16 @@ class FanOut:
 
     def _stop(self) -> BaseException:
         """Everything in flight ended: record it, then unwind; return what to raise."""
-        if self.carried:
-            self.record = self.runner.write(self.record, self.carried, self.carried_events)
+        self._flush()
         # Reloaded for the completion times the database recorded: parallel
         # steps are undone newest first by completion, not by start.
         self.record = self.runner.store.load(self.record.id) or self.record
         if self.failure is not None:
             name, error = self.failure
-            failure = self.runner.fail(self.record, name, error, self.saga)
+            if self.turned:
+                failure = self.runner._unwound(self.record, self.saga, name)
+            else:
+                failure = self.runner.fail(self.record, name, error, self.saga)
             if isinstance(error, BaseException):
                 failure.__cause__ = error
             return failure

@@ -95,7 +95,9 @@ class Runner:
             assert step is not None
             if started is None:
                 record = self._start(record, ahead, step, decision.attempt, carried, carried_events)
-                if record.stop and not engine.past_pivot(record):
+                # A pivot that may have acted (even unconfirmed, before a crash) means
+                # forward only: a cancel request or a passed deadline no longer unwinds.
+                if record.stop and not engine.pivot_may_have_acted(ahead):
                     raise self.cancelled(record, saga)
             started = None
             cursor = Cursor(record)
@@ -284,7 +286,7 @@ class Runner:
                     context = self._undo_context(record, step.name)
                     if step.transactional:  # the undo and its record commit together
                         cursor = Cursor(record)
-                        self.transactional(cursor, context, call, _undone)
+                        self.transactional(cursor, context, call, undone_outcome)
                         faults.point("after_undo_commit", step.name)
                         return cursor.record
                     _call(call, context, None, step.name)
@@ -336,7 +338,8 @@ class Runner:
         )
 
 
-def _undone(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:
+def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:
+    """What a transactional compensation commits with its own writes: "compensated"."""
     return engine.undone(record, name)
 
 

@@ -13,11 +13,24 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Row, and_, delete, func, insert, inspect, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    delete,
+    func,
+    insert,
+    inspect,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from saga import faults
 from saga.errors import (
     CorruptRecordError,
     LeaseLostError,
@@ -64,6 +77,15 @@ class SqlSagaStore:
         self.hot = dialect.hot_path(url)
         self.session_factory: Callable[..., Session] = Session
         self._schema_ready = False
+
+    def use_session_factory(self, factory: Callable[..., Session]) -> None:
+        """Give transactional steps sessions made by ``factory`` (the application's
+        ``sessionmaker``), refused with ``ConfigurationError`` unless it can only
+        reach this store's database (see :mod:`saga.adapters.sql.binding`)."""
+        from .binding import check_session_factory
+
+        check_session_factory(factory, self.engine.url)
+        self.session_factory = factory
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -225,7 +247,10 @@ class SqlSagaStore:
             result = self._work_in(connection, work)
             change = change_for(result)
             outcome.append((result, change))
-            return result, self._commit(connection, change, lease_ttl)
+            stop = self._commit(connection, change, lease_ttl)
+            # Everything is written, nothing committed: a crash here loses all of it.
+            faults.point("before_transact_commit", _step_named(change))
+            return result, stop
 
         try:
             return self._transaction(once)
@@ -358,7 +383,10 @@ class SqlSagaStore:
                 raise SagaBusyError(
                     saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
                 )
-            self._append(connection, saga_id, row.epoch, event)
+            # The history says who took the saga, whatever the caller's event says.
+            detail = {"owner": owner, **(event.detail or {})}
+            claim = Event(event.kind, event.step, event.attempt, detail)
+            self._append(connection, saga_id, row.epoch, claim)
             loaded = self._load(connection, saga_id)
             assert loaded is not None
             return loaded
@@ -519,6 +547,10 @@ def _is_conflict(error: BaseException) -> bool:
     if getattr(original, "sqlstate", None) in _CONFLICT_SQLSTATES:
         return True
     return "database is locked" in str(original)
+
+
+def _step_named(change: Commit) -> str | None:
+    return change.steps[0].step.name if change.steps else None
 
 
 def _first_line(error: BaseException) -> str:

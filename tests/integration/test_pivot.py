@@ -1,0 +1,194 @@
+"""Pivot and retriable steps: past the point of no return a saga only goes forward."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from saga import (
+    Coordinator,
+    DefinitionError,
+    OperationRefusedError,
+    Saga,
+    SagaFailed,
+    SagaStatus,
+    StepContext,
+    StepKind,
+    StepStatus,
+)
+from tests.integration.conftest import MakeCoordinator
+from tests.integration.steps import Crash
+from tests.integration.support import assert_history_replays, fast, wait_until_expired
+
+
+def test_a_compensation_on_a_pivot_is_refused_at_register(coord: Coordinator) -> None:
+    saga = Saga("pivot-with-undo")
+
+    @saga.step(pivot=True)
+    def ship(ctx: StepContext) -> None:
+        return None
+
+    @ship.compensation
+    def unship(ctx: StepContext) -> None:
+        return None
+
+    with pytest.raises(DefinitionError, match="'ship' is pivot"):
+        coord.register(saga)
+    with pytest.raises(DefinitionError):
+        coord.run(saga)
+    assert coord.list() == []
+
+
+def test_failure_after_the_pivot_compensates_nothing(coord: Coordinator) -> None:
+    undone: list[str] = []
+    saga = Saga("pivot-then-fail")
+
+    @saga.step()
+    def charge(ctx: StepContext) -> str:
+        return "charged"
+
+    @charge.compensation
+    def refund(ctx: StepContext) -> None:
+        undone.append("charge")
+
+    @saga.step(pivot=True)
+    def ship(ctx: StepContext) -> str:
+        return "shipped"
+
+    @saga.step()
+    def invoice(ctx: StepContext) -> None:
+        raise RuntimeError("invoice service down")
+
+    @invoice.compensation
+    def void_invoice(ctx: StepContext) -> None:
+        undone.append("invoice")
+
+    with pytest.raises(SagaFailed) as raised:
+        coord.run(saga)
+    assert undone == []
+    failure = raised.value
+    assert failure.status is SagaStatus.FAILED
+    assert failure.failed_step == "invoice"
+    assert isinstance(failure.__cause__, RuntimeError)
+    view = coord.get(failure.saga_id)
+    assert view.status is SagaStatus.FAILED
+    assert view.step("ship").kind is StepKind.PIVOT
+    assert view.step("charge").status is StepStatus.SUCCEEDED
+    assert view.step("invoice").status is StepStatus.FAILED
+    # An operator cannot unwind it either.
+    with pytest.raises(OperationRefusedError, match="pivot"):
+        coord.compensate(view.id)
+    assert undone == []
+    assert_history_replays(coord, view.id)
+
+
+def test_retriable_steps_after_the_pivot_are_retried_until_they_succeed(
+    coord: Coordinator,
+) -> None:
+    tries: list[int] = []
+    saga = Saga("pivot-retriable")
+
+    @saga.step(pivot=True)
+    def ship(ctx: StepContext) -> str:
+        return "shipped"
+
+    @saga.step(retriable=True, retry=fast(None, retry_on=(Exception,)))
+    def email(ctx: StepContext) -> str:
+        tries.append(ctx.attempt)
+        if ctx.attempt < 6:
+            raise RuntimeError("smtp down")
+        return "sent"
+
+    view = coord.run(saga)
+    assert view.status is SagaStatus.COMPLETED
+    assert tries == [1, 2, 3, 4, 5, 6]
+    assert view.step("email").kind is StepKind.RETRIABLE
+    assert view.step("email").attempt == 6
+
+
+def test_retriable_and_pivot_steps_are_never_compensated(coord: Coordinator) -> None:
+    undone: list[str] = []
+    saga = Saga("pivot-never-compensated")
+
+    @saga.step()
+    def reserve(ctx: StepContext) -> str:
+        return "r"
+
+    @reserve.compensation
+    def release(ctx: StepContext) -> None:
+        undone.append("reserve")
+
+    @saga.step(pivot=True)
+    def ship(ctx: StepContext) -> str:
+        return "s"
+
+    @saga.step(retriable=True, retry=fast(2, retry_on=(Exception,)))
+    def notify(ctx: StepContext) -> None:
+        raise RuntimeError("still down")
+
+    with pytest.raises(SagaFailed) as raised:
+        coord.run(saga)
+    assert raised.value.status is SagaStatus.FAILED
+    assert undone == []
+    statuses = {s.name: s.status for s in coord.get(raised.value.saga_id).steps}
+    assert statuses == {
+        "reserve": StepStatus.SUCCEEDED,
+        "ship": StepStatus.SUCCEEDED,
+        "notify": StepStatus.FAILED,
+    }
+
+
+def test_cancel_and_compensate_are_refused_past_the_pivot(make_coord: MakeCoordinator) -> None:
+    first = make_coord(lease_ttl=0.3)
+    saga = Saga("pivot-refused")
+
+    @saga.step(pivot=True)
+    def ship(ctx: StepContext) -> str:
+        return "s"
+
+    @saga.step()
+    def track(ctx: StepContext) -> str:
+        if ctx.attempt == 1:
+            raise Crash("died after the pivot")
+        return "tracked"
+
+    with pytest.raises(Crash):
+        first.run(saga)
+    saga_id = first.list()[0].id
+    second = make_coord(lease_ttl=0.3)
+    with pytest.raises(OperationRefusedError, match="pivot"):
+        second.cancel(saga_id)
+    with pytest.raises(OperationRefusedError, match="pivot"):
+        second.compensate(saga_id)
+    assert second.get(saga_id).cancel_requested is False
+    # Recovery told to compensate still goes forward: past the pivot there is no way back.
+    wait_until_expired(second, saga_id)
+    report = second.recover(compensate=True)
+    assert [o.status for o in report.outcomes] == [SagaStatus.COMPLETED]
+    assert second.get(saga_id).results == {"ship": "s", "track": "tracked"}
+
+
+def test_on_crash_compensate_goes_forward_past_the_pivot(make_coord: MakeCoordinator) -> None:
+    first = make_coord(lease_ttl=0.3)
+    saga = Saga("pivot-on-crash", on_crash="compensate")
+    entered = threading.Event()
+
+    @saga.step(pivot=True)
+    def ship(ctx: StepContext) -> str:
+        return "s"
+
+    @saga.step()
+    def track(ctx: StepContext) -> str:
+        if ctx.attempt == 1:
+            entered.set()
+            raise Crash("died")
+        return "t"
+
+    with pytest.raises(Crash):
+        first.run(saga)
+    assert entered.is_set()
+    second = make_coord(lease_ttl=0.3)
+    saga_id = second.list()[0].id
+    wait_until_expired(second, saga_id)
+    assert second.recover().outcomes[0].status is SagaStatus.COMPLETED
