@@ -52,3 +52,19 @@ def coord(db_url: str) -> Iterator[Coordinator]:
         yield coordinator
     finally:
         coordinator.close()
+
+
+@pytest.fixture(params=["sync", "async"])
+def any_coord(request: pytest.FixtureRequest, db_url: str) -> Iterator[Coordinator]:
+    """A ``Coordinator``, then the same test again with an ``AsyncCoordinator`` behind a
+    blocking facade (tests/aio/facade.py): one behavioural test, both APIs."""
+    if request.param == "sync":
+        coordinator = Coordinator(db_url, lease_ttl=5.0)
+    else:
+        from tests.aio.facade import AsyncFacade
+
+        coordinator = AsyncFacade(db_url, lease_ttl=5.0)  # type: ignore[assignment]
+    try:
+        yield coordinator
+    finally:
+        coordinator.close()

@@ -8,8 +8,10 @@ when ``SAGA_REQUIRE_POSTGRES=1`` (CI), where they fail.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import uuid
+import warnings
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -40,15 +42,25 @@ def server_url() -> Iterator[str | None]:
     if url:
         yield saga_url(url)
         return
-    try:
-        from testcontainers.postgres import PostgresContainer
+    try:  # testcontainers >= 4.15 moved it; the old path warns (an error under pytest)
+        from testcontainers.community.postgres import PostgresContainer
     except ImportError:
-        yield None
-        return
+        try:
+            from testcontainers.postgres import PostgresContainer
+        except ImportError:
+            yield None
+            return
+    started = False
     try:
         container = PostgresContainer("postgres:15", driver="psycopg")
         container.start()
-    except Exception:  # noqa: BLE001 - no Docker: the caller skips with a reason
+        started = True
+    except Exception:  # no Docker: the caller skips with a reason
+        pass
+    if not started:
+        with warnings.catch_warnings():  # docker-py leaves its socket to the collector
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
         yield None
         return
     try:

@@ -1,0 +1,331 @@
+"""An in-process ``SagaStore`` for unit tests of pure logic: ``Coordinator("memory://")``.
+
+It behaves like the SQL store where the core can tell: commits are fenced by
+the epoch (``LeaseLostError``) and leave the lease to the heartbeat, a live
+lease is never claimed, claims add one to the epoch, deadlines and cancel
+requests make commits answer "stop", step rows are keyed by (saga, seq) with
+unique names, events are numbered in order, and listing is newest first with
+the same filters. Its clock is ``time.time()``, not a database's, and a
+transactional step gets no session (``ctx.session`` is None). Nothing
+survives the process: it proves nothing about crashes, durability or
+concurrency between processes; use SQLite or PostgreSQL for that.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from saga.errors import LeaseLostError, SagaBusyError, StorageError, UnknownSagaError
+from saga.ports import Commit, Event, EventRecord, ListQuery, SagaRecord, StepRecord, StepWrite
+from saga.status import SagaStatus
+
+T = TypeVar("T")
+SCHEMA_VERSION = 1
+_ACTIVE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+
+
+@dataclasses.dataclass
+class _Row:
+    """One saga as stored: the record without steps, its steps by seq, its last commit."""
+
+    saga: SagaRecord
+    steps: dict[int, StepRecord] = dataclasses.field(default_factory=dict)
+    token: str | None = None
+
+
+class InMemorySagaStore:
+    """A ``SagaStore`` kept in dictionaries behind one lock."""
+
+    def __init__(self) -> None:
+        self.url = "memory://"
+        self._lock = threading.RLock()
+        self._rows: dict[str, _Row] = {}
+        self._keys: dict[tuple[str, str], str] = {}
+        self._events: list[EventRecord] = []
+        self._last_event_id = 0  # never reused, like the SQL store's sequence
+
+    # -- schema and lifecycle ---------------------------------------------------------
+
+    def create_schema(self) -> None:
+        """Nothing to create."""
+
+    def schema_version(self) -> int | None:
+        return SCHEMA_VERSION
+
+    def now(self) -> float:
+        return time.time()
+
+    def close(self) -> None:
+        """Nothing to release; the data stays readable until the store is dropped."""
+
+    # -- writes -------------------------------------------------------------------------
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
+        with self._lock:
+            if saga.id in self._rows:
+                return self._loaded(saga.id), True
+            if saga.key is not None and (saga.name, saga.key) in self._keys:
+                return self._loaded(self._keys[(saga.name, saga.key)]), False
+            now = self.now()
+            stored = dataclasses.replace(
+                saga,
+                created_at=now,
+                updated_at=now,
+                lease_expires_at=now + lease_ttl,
+                deadline=None if saga.deadline is None else now + saga.deadline,  # relative here
+                cancel_requested=False,
+                stop=False,
+                steps=(),
+            )
+            row = _Row(stored, token=first.token)
+            self._write_steps(row, first.steps, now)  # may refuse: nothing is stored then
+            self._rows[saga.id] = row
+            if saga.key is not None:
+                self._keys[(saga.name, saga.key)] = saga.id
+            self._append_all(saga.id, first.epoch, first.events, now)
+            return self._loaded(saga.id), True
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool:
+        del lease_ttl  # leases are renewed by the heartbeat, not by commits
+        with self._lock:
+            row = self._fenced(change.saga_id, change.epoch)
+            now = self.now()
+            self._write_steps(row, change.steps, now)  # all or nothing, checked first
+            row.saga = dataclasses.replace(row.saga, **_saga_changes(change, now))
+            row.token = change.token
+            self._append_all(change.saga_id, change.epoch, change.events, now)
+            return _must_stop(row.saga, now)
+
+    def transact(
+        self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
+    ) -> tuple[T, bool]:
+        """Run ``work(None)``, then apply ``change_for(result)``; nothing if ``work`` raises.
+
+        There is no SQL session in memory: a transactional step gets
+        ``ctx.session`` None here, so test steps that use it on SQLite.
+        """
+        result = work(None)
+        return result, self.commit(change_for(result), lease_ttl)
+
+    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
+        with self._lock:
+            row = self._fenced(saga_id, epoch)
+            now = self.now()
+            row.saga = dataclasses.replace(row.saga, lease_expires_at=now + lease_ttl)
+            return _must_stop(row.saga, now)
+
+    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+        with self._lock:
+            row = self._rows.get(saga_id)
+            if row is None:
+                raise UnknownSagaError(f"no saga with id {saga_id}")
+            now = self.now()
+            if not _free(row.saga, now):
+                raise SagaBusyError(
+                    saga_id,
+                    f"saga {saga_id} is held by {row.saga.owner} whose lease is still live",
+                )
+            self._take(row, owner, lease_ttl, now)
+            detail = {"owner": owner, **(event.detail or {})}  # who took it, as the SQL store says
+            self._append(saga_id, row.saga.epoch, dataclasses.replace(event, detail=detail), now)
+            return self._loaded(saga_id)
+
+    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+        with self._lock:
+            now = self.now()
+            stuck = sorted(
+                (row for row in self._rows.values() if _stuck(row.saga, now)),
+                key=lambda row: row.saga.lease_expires_at or 0.0,
+            )[: max(0, limit)]
+            for row in stuck:
+                self._take(row, owner, lease_ttl, now)
+                claimed = Event("lease_claimed", detail={"owner": owner})
+                self._append(row.saga.id, row.saga.epoch, claimed, now)
+            return [row.saga.id for row in stuck]
+
+    def request_cancel(self, saga_id: str, event: Event) -> None:
+        with self._lock:
+            row = self._rows.get(saga_id)
+            if row is None:
+                raise UnknownSagaError(f"no saga with id {saga_id}")
+            row.saga = dataclasses.replace(row.saga, cancel_requested=True)
+            self._append(saga_id, row.saga.epoch, event, self.now())
+
+    def record_event(self, saga_id: str, event: Event) -> None:
+        with self._lock:
+            row = self._rows.get(saga_id)  # unknown: kept with no epoch, as the SQL store does
+            self._append(saga_id, None if row is None else row.saga.epoch, event, self.now())
+
+    def delete(self, saga_ids: Sequence[str]) -> int:
+        """Delete these sagas with their steps and events; return how many went."""
+        with self._lock:
+            doomed = {saga_id for saga_id in saga_ids if saga_id in self._rows}
+            for saga_id in doomed:
+                saga = self._rows.pop(saga_id).saga
+                if saga.key is not None:
+                    self._keys.pop((saga.name, saga.key), None)
+            self._events = [e for e in self._events if e.saga_id not in doomed]
+            return len(doomed)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def load(self, saga_id: str) -> SagaRecord | None:
+        with self._lock:
+            return self._loaded(saga_id) if saga_id in self._rows else None
+
+    def find(self, name: str, key: str) -> SagaRecord | None:
+        with self._lock:
+            saga_id = self._keys.get((name, key))
+            return None if saga_id is None else self._loaded(saga_id)
+
+    def list(self, query: ListQuery) -> list[SagaRecord]:
+        with self._lock:
+            now = self.now()
+            anchor = self._anchor(query.before)
+            chosen = [
+                row.saga
+                for row in self._rows.values()
+                if _matches(row.saga, query, now) and _after_anchor(row.saga, anchor)
+            ]
+            chosen.sort(key=lambda saga: (saga.created_at or 0.0, saga.id), reverse=True)
+            return [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
+
+    def events(self, saga_id: str) -> builtins.list[EventRecord]:  # list: the method
+        with self._lock:
+            return [e for e in self._events if e.saga_id == saga_id]
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _loaded(self, saga_id: str) -> SagaRecord:
+        row = self._rows[saga_id]
+        return dataclasses.replace(row.saga, steps=tuple(row.steps[s] for s in sorted(row.steps)))
+
+    def _fenced(self, saga_id: str, epoch: int) -> _Row:
+        """The saga's row if ``epoch`` is still current (``LeaseLostError`` otherwise)."""
+        row = self._rows.get(saga_id)
+        if row is None or row.saga.epoch != epoch:
+            raise LeaseLostError(saga_id, epoch)
+        return row
+
+    def _take(self, row: _Row, owner: str, lease_ttl: float, now: float) -> None:
+        row.saga = dataclasses.replace(
+            row.saga, epoch=row.saga.epoch + 1, owner=owner, lease_expires_at=now + lease_ttl
+        )
+
+    def _anchor(self, before: str | None) -> tuple[float | None, str] | None:
+        if before is None:
+            return None
+        row = self._rows.get(before)
+        return (None if row is None else row.saga.created_at, before)
+
+    def _write_steps(self, row: _Row, writes: Sequence[StepWrite], now: float) -> None:
+        """Apply step writes all or nothing, with the SQL store's uniqueness rules."""
+        steps = dict(row.steps)
+        for write in writes:
+            step = write.step
+            stamp: dict[str, Any] = {f"{write.stamp}_at": now} if write.stamp else {}
+            if write.new:
+                clash = step.seq in steps or any(s.name == step.name for s in steps.values())
+                if clash:
+                    raise StorageError(
+                        f"{self.url}: saga {row.saga.id} already has step {step.name!r} "
+                        f"or seq {step.seq}"
+                    )
+                times: dict[str, Any] = {"started_at": None, "finished_at": None, **stamp}
+                steps[step.seq] = dataclasses.replace(step, **times)
+            elif step.seq in steps:  # like UPDATE ... WHERE seq = ?: a missing row is no-op
+                steps[step.seq] = dataclasses.replace(
+                    steps[step.seq], **_step_changes(step), **stamp
+                )
+        row.steps = steps
+
+    def _append_all(self, saga_id: str, epoch: int, events: Sequence[Event], now: float) -> None:
+        for event in events:
+            self._append(saga_id, epoch, event, now)
+
+    def _append(self, saga_id: str, epoch: int | None, event: Event, now: float) -> None:
+        detail = None if event.detail is None else json.loads(json.dumps(event.detail))
+        self._last_event_id += 1
+        record = EventRecord(
+            id=self._last_event_id,
+            saga_id=saga_id,
+            at=now,
+            kind=event.kind,
+            step=event.step,
+            attempt=event.attempt,
+            epoch=epoch,
+            detail=detail,
+        )
+        self._events.append(record)
+
+
+def _saga_changes(change: Commit, now: float) -> dict[str, Any]:
+    """The instance columns a commit sets, as the SQL store sets them.
+
+    The lease is left alone (the heartbeat renews it) unless the commit
+    releases it, which expires it at once: an unfinished saga shows as stuck.
+    """
+    values: dict[str, Any] = {"updated_at": now}
+    if change.release:
+        values.update(owner=None, lease_expires_at=now)
+    if change.status is not None:
+        values["status"] = change.status
+    if change.error is not None:
+        values["error"] = change.error
+    return values
+
+
+def _step_changes(step: StepRecord) -> dict[str, Any]:
+    """The step columns an update rewrites; the rest are fixed when the step is inserted."""
+    return {
+        "status": step.status,
+        "attempt": step.attempt,
+        "undo_attempt": step.undo_attempt,
+        "result": step.result,
+        "output_digest": step.output_digest,
+        "error": step.error,
+    }
+
+
+def _must_stop(saga: SagaRecord, now: float) -> bool:
+    """A cancel was requested, or the deadline passed."""
+    return saga.cancel_requested or (saga.deadline is not None and saga.deadline < now)
+
+
+def _free(saga: SagaRecord, now: float) -> bool:
+    """A live lease is never taken, not even by its own owner (another of its threads may
+    be executing the saga)."""
+    expired = saga.lease_expires_at is not None and saga.lease_expires_at < now
+    return saga.owner is None or expired
+
+
+def _stuck(saga: SagaRecord, now: float) -> bool:
+    expired = saga.lease_expires_at is not None and saga.lease_expires_at < now
+    return saga.status in _ACTIVE and expired
+
+
+def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:
+    if query.status and saga.status not in query.status:
+        return False
+    if query.name is not None and saga.name != query.name:
+        return False
+    if query.stuck and not _stuck(saga, now):
+        return False
+    created = saga.created_at or 0.0
+    return query.older_than is None or created < now - query.older_than
+
+
+def _after_anchor(saga: SagaRecord, anchor: tuple[float | None, str] | None) -> bool:
+    """Keyset paging: strictly older than the anchor saga (an unknown anchor matches none)."""
+    if anchor is None:
+        return True
+    created_at, anchor_id = anchor
+    if created_at is None or saga.created_at is None:
+        return False
+    return saga.created_at < created_at or (saga.created_at == created_at and saga.id < anchor_id)
