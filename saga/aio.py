@@ -217,6 +217,7 @@ class AsyncCoordinator:
         record = await asyncio.to_thread(self.sync._load, saga_id)
         operations.refuse_compensate(record)
         saga = self.sync._saga_for(record)
+        self.sync.runner.check_compensations(record, saga)  # refuse before changing anything
         record = await self._claim(saga_id, operations.by_operator(action))
         fresh = record.status is SagaStatus.FAILED
         if record.status is not SagaStatus.COMPENSATING:
@@ -236,7 +237,9 @@ class AsyncCoordinator:
         """Ask a running saga to stop at its next step boundary and unwind."""
         record = await asyncio.to_thread(self.sync._load, saga_id)
         operations.refuse_cancel(record)
-        saga = self.sync._saga_for(record)
+        # A live owner unwinds the saga itself: this process need not know its definition.
+        live = operations.lease_live(record, await self.store.call(self.sync.store.now))
+        saga = self.sync._saga_for(record) if not live else self.sync._saga_if_known(record)
         await self.store.call(
             self.sync.store.request_cancel, saga_id, operations.by_operator("cancel")
         )
@@ -246,4 +249,7 @@ class AsyncCoordinator:
             return await self.get(saga_id)  # its live owner stops at the next step boundary
         if record.status is not SagaStatus.RUNNING:
             return view_of(record)
+        if saga is None and record.kind == "declarative":  # its owner died meanwhile
+            await asyncio.to_thread(self.sync._release, saga_id)
+            saga = self.sync._saga_for(record)  # UnknownSagaError; recovery honours the request
         return await self._unwind(await self._turn(record, "cancel requested"), saga)

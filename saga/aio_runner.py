@@ -221,13 +221,15 @@ class _Outcome:
     ended: float
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class _Branch:
-    """A step in flight: its task's view of the step, and whether it may be cancelled."""
+    """A step in flight: its task's view of the step, whether it may be cancelled,
+    and when it ended if it was."""
 
     name: str
     cursor: engine.Cursor
     cancellable: bool
+    cancelled_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -344,12 +346,14 @@ class Forward:
                 and not declared.transactional
                 and _is_async(declared.fn)
             )
-            task = asyncio.create_task(self._branch(step, cursor), name=f"saga-step-{step.name}")
-            self.running[task] = _Branch(step.name, cursor, cancellable)
+            branch = _Branch(step.name, cursor, cancellable)
+            task = asyncio.create_task(self._branch(step, branch), name=f"saga-step-{step.name}")
+            self.running[task] = branch
 
-    async def _branch(self, step: engine.RunStep, cursor: engine.Cursor) -> _Outcome:
+    async def _branch(self, step: engine.RunStep, branch: _Branch) -> _Outcome:
         declared = self.saga.by_name(step.name)
         assert declared is not None
+        cursor = branch.cursor
         data = decode(self.record.input)
         try:
             result = await self.runner.attempts(
@@ -366,6 +370,9 @@ class Forward:
             encode(result, f"result of step {step.name!r}", self.runner.sync.payload_limit)
         except INFRASTRUCTURE_ERRORS:
             raise
+        except asyncio.CancelledError:
+            branch.cancelled_at = time.monotonic()  # its place in the completion order
+            raise
         except Exception as error:  # collected by the loop, then unwound
             return _Outcome(_recorded(cursor.record, step.name), None, error, time.monotonic())
         return _Outcome(_recorded(cursor.record, step.name), result, None, time.monotonic())
@@ -375,7 +382,8 @@ class Forward:
         branch = self.running.pop(task)
         if task.cancelled():
             step = _recorded(branch.cursor.record, branch.name)
-            return _Outcome(step, None, self.why_cancelled, time.monotonic())
+            ended = branch.cancelled_at or time.monotonic()
+            return _Outcome(step, None, self.why_cancelled, ended)
         return task.result()  # a lost lease or a dead database propagates from here
 
     def _cancel_in_flight(self, why: str) -> None:

@@ -289,6 +289,7 @@ class Coordinator:
         record = self._load(saga_id)
         operations.refuse_compensate(record)
         saga = self._saga_for(record)
+        self.runner.check_compensations(record, saga)  # refuse before changing anything
         claim = operations.by_operator(action)
         record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
         fresh = record.status is SagaStatus.FAILED
@@ -310,7 +311,9 @@ class Coordinator:
         """Ask a running saga to stop at its next step boundary and unwind."""
         record = self._load(saga_id)
         operations.refuse_cancel(record)
-        saga = self._saga_for(record)
+        # A live owner unwinds the saga itself: this process need not know its definition.
+        live = operations.lease_live(record, self.store.now())
+        saga = self._saga_for(record) if not live else self._saga_if_known(record)
         self.store.request_cancel(saga_id, operations.by_operator("cancel"))
         claim = operations.claimed("cancel")
         try:
@@ -319,7 +322,16 @@ class Coordinator:
             return self.get(saga_id)  # its live owner stops at the next step boundary
         if record.status is not SagaStatus.RUNNING:
             return view_of(record)
+        if saga is None and record.kind == "declarative":  # its owner died meanwhile
+            self._release(saga_id)
+            saga = self._saga_for(record)  # UnknownSagaError; recovery honours the request
         return self._unwind(self._turn(record, "cancel requested"), saga)
+
+    def _saga_if_known(self, record: SagaRecord) -> Saga | None:
+        try:
+            return self._saga_for(record)
+        except UnknownSagaError:
+            return None
 
 
 def use_session_factory(store: SagaStore, factory: Callable[..., Any]) -> None:

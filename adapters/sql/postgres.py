@@ -27,7 +27,15 @@ _SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga
 
 
 class PostgresDialect:
+    """``pool_size`` bounds each of the store's two connection pools (no overflow);
+    by default SQLAlchemy's (5, plus 10 overflow)."""
+
     name = "postgresql"
+
+    def __init__(self, pool_size: int | None = None) -> None:
+        self.pool: dict[str, Any] = {}
+        if pool_size is not None:
+            self.pool = {"pool_size": pool_size, "max_overflow": 0}
 
     def create_engine(self, url: str) -> Engine:
         # No pool_pre_ping: it would cost a round trip per transaction. A dead
@@ -39,6 +47,7 @@ class PostgresDialect:
             # Bound values (user payloads) stay out of error messages.
             hide_parameters=True,
             connect_args={"connect_timeout": 5},
+            **self.pool,
         )
 
     def hot_path(self, url: str) -> Any:
@@ -52,6 +61,7 @@ class PostgresDialect:
             # Autocommit connections never hold a transaction: nothing to roll back.
             pool_reset_on_return=None,
             connect_args={"connect_timeout": 5},
+            **self.pool,
         )
         return PostgresHotPath(engine)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ from saga import faults
 from saga.errors import (
     CorruptRecordError,
     LeaseLostError,
+    OperationRefusedError,
     SagaBusyError,
     StorageError,
     StorageUnavailableError,
@@ -56,6 +58,7 @@ from .dialect import Dialect
 
 T = TypeVar("T")
 _ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
+_CLAIMABLE = (*_ACTIVE, SagaStatus.FAILED.value)  # failed: an operator may act on it
 
 
 def masked(url: str) -> str:
@@ -265,7 +268,7 @@ class SqlSagaStore:
                 result = work(session)
                 session.commit()  # releases the savepoint; the transaction stays open
         except Exception as error:
-            if _is_conflict(error):  # rolled back by the database: safe to run again
+            if _is_conflict(error) or _is_disconnect(error):  # rolled back: safe to run again
                 raise StorageUnavailableError(f"{self.url}: {_first_line(error)}") from error
             raise _StepRaised(error) from error
         return result
@@ -364,22 +367,41 @@ class SqlSagaStore:
         return self._transaction(work)
 
     def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+        token = uuid.uuid4().hex  # lets a retry recognise a claim whose acknowledgement was lost
+        tries = 0
+
         def work(connection: Connection) -> SagaRecord:
+            nonlocal tries
+            tries += 1
+            if tries > 1 and self._claimed_ids(connection, token, saga_id):
+                loaded = self._load(connection, saga_id)
+                assert loaded is not None
+                return loaded
             now = self.dialect.now()
             i = t.instances.c
             # A live lease is never taken, not even from this owner: another thread of
             # the same coordinator may be executing the saga right now.
             free = or_(i.owner.is_(None), i.lease_expires_at < now)
+            unfinished = i.status.in_(_CLAIMABLE)  # it may have finished since the caller read it
             row = connection.execute(
                 update(t.instances)
-                .where(i.id == saga_id, free)
-                .values(epoch=i.epoch + 1, owner=owner, lease_expires_at=now + lease_ttl)
+                .where(i.id == saga_id, free, unfinished)
+                .values(
+                    epoch=i.epoch + 1,
+                    owner=owner,
+                    lease_expires_at=now + lease_ttl,
+                    commit_token=token,
+                )
                 .returning(i.epoch)
             ).first()
             if row is None:
                 current = self._load(connection, saga_id)
                 if current is None:
                     raise UnknownSagaError(f"no saga with id {saga_id}")
+                if current.status.value not in _CLAIMABLE:
+                    raise OperationRefusedError(
+                        saga_id, f"saga {saga_id} is already {current.status.value}"
+                    )
                 raise SagaBusyError(
                     saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
                 )
@@ -394,7 +416,15 @@ class SqlSagaStore:
         return self._transaction(work)
 
     def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+        token = uuid.uuid4().hex  # lets a retry recognise a claim whose acknowledgement was lost
+        tries = 0
+
         def work(connection: Connection) -> list[str]:
+            nonlocal tries
+            tries += 1
+            mine = self._claimed_ids(connection, token) if tries > 1 else []
+            if mine:
+                return mine
             now = self.dialect.now()
             i = t.instances.c
             stuck = self.dialect.lock_for_claim(
@@ -406,7 +436,12 @@ class SqlSagaStore:
             rows = connection.execute(
                 update(t.instances)
                 .where(i.id.in_(stuck.scalar_subquery()))
-                .values(epoch=i.epoch + 1, owner=owner, lease_expires_at=now + lease_ttl)
+                .values(
+                    epoch=i.epoch + 1,
+                    owner=owner,
+                    lease_expires_at=now + lease_ttl,
+                    commit_token=token,
+                )
                 .returning(i.id, i.epoch)
             ).all()
             for row in rows:
@@ -415,17 +450,32 @@ class SqlSagaStore:
 
         return self._transaction(work)
 
+    def _claimed_ids(
+        self, connection: Connection, token: str, saga_id: str | None = None
+    ) -> list[str]:
+        """After a lost acknowledgement: the sagas our earlier try claimed (and still holds)."""
+        i = t.instances.c
+        query = select(i.id).where(i.commit_token == token)
+        if saga_id is not None:
+            query = query.where(i.id == saga_id)
+        return list(connection.execute(query.order_by(i.lease_expires_at)).scalars())
+
     def request_cancel(self, saga_id: str, event: Event) -> None:
         def work(connection: Connection) -> None:
+            i = t.instances.c
             row = connection.execute(
                 update(t.instances)
-                .where(t.instances.c.id == saga_id)
+                .where(i.id == saga_id, i.status == SagaStatus.RUNNING.value)
+                .where(i.cancel_requested.is_(False))
                 .values(cancel_requested=True)
-                .returning(t.instances.c.epoch)
+                .returning(i.epoch)
             ).first()
-            if row is None:
+            if row is not None:
+                self._append(connection, saga_id, row.epoch, event)
+            elif self._load(connection, saga_id) is None:
                 raise UnknownSagaError(f"no saga with id {saga_id}")
-            self._append(connection, saga_id, row.epoch, event)
+            # else it finished meanwhile, or the request is already recorded (maybe by
+            # our own earlier try, whose acknowledgement was lost): nothing to write
 
         self._transaction(work)
 
@@ -551,6 +601,11 @@ def _is_conflict(error: BaseException) -> bool:
 
 def _step_named(change: Commit) -> str | None:
     return change.steps[0].step.name if change.steps else None
+
+
+def _is_disconnect(error: BaseException) -> bool:
+    """The connection dropped under the step's session: its transaction is gone with it."""
+    return isinstance(error, DBAPIError) and error.connection_invalidated
 
 
 def _first_line(error: BaseException) -> str:

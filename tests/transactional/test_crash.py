@@ -1,0 +1,167 @@
+"""SIGKILL at every point around a transactional step's commit, then recover: exactly once.
+
+A forked child runs one saga whose steps write the application's table
+through ``ctx.session`` and dies at one fault point: before or after the
+step's start is recorded, inside the step's transaction after its writes and
+its success record and just before COMMIT (``before_transact_commit``),
+right after that commit (``after_action``, ``after_success_commit``), around
+a transactional compensation and around the final commit. Another
+coordinator then recovers the saga, and the effect rows must agree with the
+recorded steps: a step recorded succeeded has exactly one row, whose id is
+its recorded result; a step whose transaction never committed has none; a
+compensated step has its one row and one undo row; nothing is applied twice.
+
+Everything runs on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from saga import Coordinator, SagaStatus
+from tests.crash.child import ROOT, recover_until_settled
+from tests.crash.harness import Ended, child_env, log_tail
+from tests.transactional import app
+from tests.transactional.invariants import check_agree
+
+pytestmark = pytest.mark.crash
+
+STEPS = ("s1", "s2")
+
+
+def _forward_points(style: str) -> list[str]:
+    points = []
+    for step in STEPS:
+        points += [f"before_start_commit:{step}", f"after_start_commit:{step}"]
+        points += [f"before_transact_commit:{step}", f"after_action:{step}"]
+        points += [f"after_success_commit:{step}"] if style == "cm" else []
+    return [*points, "before_final_commit", "after_final_commit"]
+
+
+def _failing_points(style: str) -> list[str]:
+    points = _forward_points(style)[: len(_forward_points(style)) // 2 - 1]  # s1's
+    points += ["before_start_commit:s2", "after_start_commit:s2", "before_unwind"]
+    points += ["before_undo:s1", "before_transact_commit:s1#2", "after_undo_commit:s1"]
+    return [*points, "before_final_commit", "after_final_commit"]
+
+
+SHAPES: dict[str, list[str]] = {
+    "forward": _forward_points("declarative"),
+    "failing": _failing_points("declarative"),
+    "on-crash": _forward_points("declarative"),
+    "cm-forward": _forward_points("cm"),
+    "cm-failing": _failing_points("cm"),
+}
+
+
+def expected(shape: str, point: str) -> SagaStatus | None:
+    """How the saga ends after the crash and recovery (None: nothing was recorded)."""
+    if point == "before_start_commit:s1":
+        return None
+    if shape.endswith("failing"):
+        return SagaStatus.COMPENSATED
+    if point == "after_final_commit" or shape == "forward":
+        return SagaStatus.COMPLETED
+    return SagaStatus.COMPENSATED  # on_crash="compensate", or an unfinished block
+
+
+class ForkServer:
+    """``python -m tests.transactional.child``: one forked process per request."""
+
+    def __init__(self) -> None:
+        command = [sys.executable, "-m", "tests.transactional.child"]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=child_env(),
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+
+    def run(self, url: str, shape: str, point: str, log: Path) -> Ended:
+        stdin, stdout = self._pipes()
+        request = {"url": url, "shape": shape, "faults": point, "log": str(log)}
+        stdin.write(json.dumps(request) + "\n")
+        stdin.flush()
+        reply = stdout.readline()
+        if not reply:
+            raise RuntimeError(f"the fork server died (exit {self.process.poll()})")
+        answer = json.loads(reply)
+        return Ended(answer["signal"], answer["code"])
+
+    def _pipes(self) -> tuple[IO[str], IO[str]]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        return self.process.stdin, self.process.stdout
+
+    def close(self) -> None:
+        stdin, stdout = self._pipes()
+        stdin.close()
+        self.process.wait(10)
+        stdout.close()
+
+
+@pytest.fixture(scope="module")
+def fork_server() -> Iterator[ForkServer]:
+    server = ForkServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def db_url(request: pytest.FixtureRequest) -> str:
+    """A fresh store on the backend the case is parametrised with."""
+    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
+    return str(request.getfixturevalue(fixture))
+
+
+def _cases() -> list[object]:
+    cases = []
+    for shape, points in SHAPES.items():
+        for point in points:
+            cases.append(pytest.param("sqlite", shape, point, id=f"sqlite-{shape}-{point}"))
+            if shape != "on-crash":  # routing, not storage: SQLite covers it
+                postgres = pytest.param(
+                    "postgres",
+                    shape,
+                    point,
+                    id=f"postgres-{shape}-{point}",
+                    marks=pytest.mark.postgres,
+                )
+                cases.append(postgres)
+    return cases
+
+
+@pytest.mark.parametrize(("db_url", "shape", "point"), _cases(), indirect=["db_url"])
+def test_sigkill_around_the_commit_keeps_effects_and_records_in_agreement(
+    db_url: str, fork_server: ForkServer, tmp_path: Path, shape: str, point: str
+) -> None:
+    app.create_tables(db_url)
+    log = tmp_path / "child.log"
+
+    ended = fork_server.run(db_url, shape, point, log)
+
+    assert ended.killed, f"the child did not die at {point}: {ended}\n{log_tail(log)}"
+    with Coordinator(db_url, lease_ttl=10.0, trusted_modules=["tests.transactional.app"]) as coord:
+        recover_until_settled(coord, timeout=30)
+        sagas = coord.list(limit=10)
+    rows = app.read_effects(db_url)
+    status = expected(shape, point)
+    if status is None:
+        assert sagas == [], "a saga was recorded before its first commit"
+        assert rows == [], "a step's effect committed before the saga was recorded"
+        return
+    assert len(sagas) == 1, f"{len(sagas)} sagas for one started"
+    (saga,) = sagas
+    assert saga.status is status, f"ended {saga.status.value}, expected {status.value}"
+    check_agree(saga, rows, STEPS)
