@@ -20,7 +20,7 @@ from saga.errors import (
     UnknownSagaError,
 )
 from saga.lease import Heartbeat
-from saga.operations import operator_detail
+from saga.operations import operator_detail as operator_detail  # re-exported for callers
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import Event, EventRecord, ListQuery, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport

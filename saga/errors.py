@@ -3,10 +3,10 @@
 ::
 
     SagaError
-    ├── SagaFailed                  the saga unwound (or could not): carries saga_id, status, failed_step
-    ├── DefinitionError             a Saga definition is invalid (duplicate, unknown dependency, cycle)
-    ├── PayloadError                a value cannot be stored (not JSON, NUL byte, over the size limit)
-    ├── UnsafeReferenceError        a function is not importable, or a stored reference is not trusted
+    ├── SagaFailed                  the saga unwound (or could not): saga_id, status, failed_step
+    ├── DefinitionError             an invalid Saga (duplicate, unknown dependency, cycle)
+    ├── PayloadError                a value that cannot be stored (not JSON, NUL, too large)
+    ├── UnsafeReferenceError        a function that is not importable, or an untrusted reference
     ├── UnknownSagaError            no saga with that id, or no definition with that name
     ├── OperationRefusedError       an operator action that makes no sense in the saga's state
     │   └── SagaBusyError           another live process holds the saga's lease

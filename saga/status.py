@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from saga.errors import IllegalTransitionError
 
 
-class SagaStatus(str, Enum):
+class SagaStatus(StrEnum):
     """Where a saga stands. The last four are terminal."""
 
     RUNNING = "running"
@@ -27,7 +27,7 @@ class SagaStatus(str, Enum):
         return self.is_terminal and self is not SagaStatus.FAILED
 
 
-class StepStatus(str, Enum):
+class StepStatus(StrEnum):
     """Where one step stands. ``pending`` and ``skipped`` are never stored."""
 
     PENDING = "pending"
@@ -39,7 +39,7 @@ class StepStatus(str, Enum):
     SKIPPED = "skipped"
 
 
-class StepKind(str, Enum):
+class StepKind(StrEnum):
     """Garcia-Molina & Salem's step kinds."""
 
     COMPENSATABLE = "compensatable"

@@ -79,21 +79,21 @@ def _event_inserts(count: int) -> str:
 
 
 _FENCE = (
-    "fence AS (UPDATE saga_instances SET updated_at = {now}, commit_token = %(token)s, "
-    "lease_expires_at = CASE WHEN %(release)s::bool THEN {now} ELSE lease_expires_at END, "
+    f"fence AS (UPDATE saga_instances SET updated_at = {_NOW}, commit_token = %(token)s, "
+    f"lease_expires_at = CASE WHEN %(release)s::bool THEN {_NOW} ELSE lease_expires_at END, "
     "owner = CASE WHEN %(release)s::bool THEN NULL ELSE owner END, "
     "status = COALESCE(%(status)s::text, status), error = COALESCE(%(error)s::text, error) "
     "WHERE id = %(id)s AND epoch = %(epoch)s::int "
-    "RETURNING cancel_requested OR COALESCE(deadline < {now}, false) AS stop)"
-).format(now=_NOW)
+    f"RETURNING cancel_requested OR COALESCE(deadline < {_NOW}, false) AS stop)"
+)
 
 _CREATE = (
     "fence AS (INSERT INTO saga_instances (id, name, key, kind, status, input, version, owner, "
     "epoch, deadline, cancel_requested, created_at, updated_at, lease_expires_at, commit_token) "
     "VALUES (%(id)s, %(name)s, %(key)s, %(kind)s, %(status)s, %(input)s, %(version)s, "
-    "%(owner)s, %(epoch)s::int, {now} + %(deadline)s::float8, false, {now}, {now}, "
-    "{now} + %(ttl)s::float8, %(token)s) ON CONFLICT DO NOTHING RETURNING false AS stop)"
-).format(now=_NOW)
+    f"%(owner)s, %(epoch)s::int, {_NOW} + %(deadline)s::float8, false, {_NOW}, {_NOW}, "
+    f"{_NOW} + %(ttl)s::float8, %(token)s) ON CONFLICT DO NOTHING RETURNING false AS stop)"
+)
 
 
 @functools.lru_cache(maxsize=256)

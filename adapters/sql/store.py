@@ -236,6 +236,7 @@ class SqlSagaStore:
         failures and deadlocks roll everything back and are retried with backoff,
         running ``work`` again: nothing of the failed try was kept.
         """
+        del lease_ttl  # commits leave the lease to the heartbeat
         tries = 0
         outcome: list[tuple[T, Commit]] = []
 
@@ -250,7 +251,7 @@ class SqlSagaStore:
             result = self._work_in(connection, work)
             change = change_for(result)
             outcome.append((result, change))
-            stop = self._commit(connection, change, lease_ttl)
+            stop = self._commit(connection, change)
             # Everything is written, nothing committed: a crash here loses all of it.
             faults.point("before_transact_commit", _step_named(change))
             return result, stop
@@ -275,7 +276,7 @@ class SqlSagaStore:
 
     def _apply(self, change: Commit, lease_ttl: float) -> bool:
         if self.hot is None:
-            return self._once(lambda connection: self._commit(connection, change, lease_ttl))
+            return self._once(lambda connection: self._commit(connection, change))
         self._ensure_schema()
         cancel = self.hot.commit(change, lease_ttl)
         if cancel is None:
@@ -299,7 +300,7 @@ class SqlSagaStore:
             return bool(row.stop)
         return None
 
-    def _commit(self, connection: Connection, change: Commit, lease_ttl: float) -> bool:
+    def _commit(self, connection: Connection, change: Commit) -> bool:
         now = self.dialect.now()
         values: dict[str, Any] = {"updated_at": now, "commit_token": change.token}
         # The lease is left alone (the heartbeat renews it), as on the hot path.
