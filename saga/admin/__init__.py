@@ -1,0 +1,134 @@
+"""Operator use cases: what the ``saga`` admin command does, as plain functions.
+
+Every function here takes a :class:`~saga.Coordinator` and returns frozen
+records; :mod:`saga.cli` only parses arguments, calls one of them and renders
+what comes back. They work just as well from Python::
+
+    from saga import admin
+
+    with admin.open_coordinator("postgresql+psycopg://...", apps=["shop.sagas"]) as coord:
+        for view in admin.list_sagas(coord, stuck=True).sagas:
+            print(view.id, view.status)
+
+The ``as_json()`` shapes are part of the contract: docs/operating.md
+documents them, and fields are only ever added, never renamed or removed.
+
+The modules behind this one::
+
+    inputs       the coordinator (--db, --app), and ids, statuses, durations checked
+    facts        a saga's step in flight, pivot and lease; times as operators read them
+    results      the read commands' records and their JSON
+    reads        list, show, history, diff
+    actions      compensate, resume, cancel, retry-compensation, mark-compensated
+    recovery     recover: plan, then carry out
+    worker       the recovery loop
+    maintenance  purge, and the schema's status and upgrade
+"""
+
+from saga.admin.actions import (
+    cancel,
+    compensate,
+    mark_compensated,
+    resume,
+    retry_compensation,
+)
+from saga.admin.facts import (
+    FINISHED,
+    IN_DOUBT,
+    current_step,
+    human_duration,
+    is_stuck,
+    iso_time,
+    lease_left,
+    past_pivot,
+)
+from saga.admin.inputs import (
+    CLI_STORE_RETRY,
+    get_saga,
+    import_apps,
+    open_coordinator,
+    parse_duration,
+    parse_saga_id,
+    parse_statuses,
+)
+from saga.admin.maintenance import SchemaStatus, purge, schema_status, upgrade_schema
+from saga.admin.reads import (
+    describe_event,
+    diff_sagas,
+    list_sagas,
+    saga_history,
+    show_saga,
+    timeline,
+)
+from saga.admin.recovery import (
+    Plan,
+    Progress,
+    RecoveryItem,
+    RecoverySummary,
+    Result,
+    recover,
+    stuck_ids,
+)
+from saga.admin.results import (
+    SagaDetail,
+    SagaDiff,
+    SagaPage,
+    StepDiff,
+    Timeline,
+    TimelineEntry,
+    input_digest,
+    saga_summary,
+    total_duration,
+)
+from saga.admin.worker import WorkerStats, run_worker
+
+__all__ = [
+    "CLI_STORE_RETRY",
+    "FINISHED",
+    "IN_DOUBT",
+    "Plan",
+    "Progress",
+    "RecoveryItem",
+    "RecoverySummary",
+    "Result",
+    "SagaDetail",
+    "SagaDiff",
+    "SagaPage",
+    "SchemaStatus",
+    "StepDiff",
+    "Timeline",
+    "TimelineEntry",
+    "WorkerStats",
+    "cancel",
+    "compensate",
+    "current_step",
+    "describe_event",
+    "diff_sagas",
+    "get_saga",
+    "human_duration",
+    "import_apps",
+    "input_digest",
+    "is_stuck",
+    "iso_time",
+    "lease_left",
+    "list_sagas",
+    "mark_compensated",
+    "open_coordinator",
+    "parse_duration",
+    "parse_saga_id",
+    "parse_statuses",
+    "past_pivot",
+    "purge",
+    "recover",
+    "resume",
+    "retry_compensation",
+    "run_worker",
+    "saga_history",
+    "saga_summary",
+    "schema_status",
+    "show_saga",
+    "stuck_ids",
+    "timeline",
+    "total_duration",
+    "upgrade_schema",
+]

@@ -1,0 +1,104 @@
+"""What the operator hands over, checked: a database and ``--app`` modules
+become a coordinator; ids, statuses and durations become values, or an error
+that says what to type instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import re
+import sys
+import uuid
+from collections.abc import Iterable, Sequence
+
+from saga.coordinator import Coordinator, parse_status
+from saga.definition import Saga, defined_saga
+from saga.errors import ConfigurationError, UnknownSagaError
+from saga.policy import STORE_RETRY, RetryPolicy
+from saga.status import SagaStatus
+from saga.views import SagaView
+
+CLI_STORE_RETRY = dataclasses.replace(STORE_RETRY, max_delay=0.5, max_elapsed=3.0)
+"""An operator waits seconds, not the library's 30, to learn the database is unreachable."""
+
+
+def import_apps(modules: Sequence[str]) -> None:
+    """Import the operator's modules (``--app``) so that their sagas are defined here."""
+    if modules and os.getcwd() not in sys.path:
+        # The console script does not put the current directory on the path
+        # the way ``python -m`` does; operators expect ``--app myproject.sagas``
+        # to work from their project's root.
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:
+            raise ConfigurationError(
+                f"cannot import --app module {name!r} ({error}); check the name and that it "
+                "is importable from this directory or PYTHONPATH"
+            ) from error
+        except Exception as error:
+            raise ConfigurationError(
+                f"importing --app module {name!r} failed: {type(error).__name__}: {error}"
+            ) from error
+
+
+def open_coordinator(
+    url: str | None = None,
+    apps: Sequence[str] = (),
+    *,
+    lease_ttl: float = 30.0,
+    store_retry: RetryPolicy = CLI_STORE_RETRY,
+) -> Coordinator:
+    """A coordinator for operator work: ``apps`` imported and trusted, a short store retry."""
+    import_apps(apps)
+    return Coordinator(url, lease_ttl=lease_ttl, trusted_modules=apps, store_retry=store_retry)
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)?")
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w)?)+")
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Seconds in ``90s``, ``10m``, ``1h30m``, ``30d``, ``2w`` or a plain number of seconds."""
+    compact = text.strip().lower().replace(" ", "")
+    if not _DURATION.fullmatch(compact):
+        raise ConfigurationError(
+            f"{what} {text!r} is not a duration; write it like 90s, 10m, 1h30m, 30d or 2w"
+        )
+    return sum(
+        float(number) * _UNITS[unit or "s"] for number, unit in _DURATION_PART.findall(compact)
+    )
+
+
+def parse_saga_id(text: str) -> str:
+    """The canonical form of a saga id, or ``UnknownSagaError`` saying it cannot be one."""
+    try:
+        return str(uuid.UUID(text.strip()))
+    except ValueError:
+        raise UnknownSagaError(
+            f"{text!r} is not a saga id (ids are UUIDs like 0b7e7c2e-4f7a-4c55-9d0e-"
+            "5a2f8f1d3c11); find ids with `saga list`"
+        ) from None
+
+
+def parse_statuses(values: Iterable[str]) -> tuple[SagaStatus, ...]:
+    """Statuses from ``--status`` values, each possibly comma-separated."""
+    names = [part.strip() for value in values for part in value.split(",") if part.strip()]
+    return tuple(parse_status(name) for name in names)
+
+
+def get_saga(coord: Coordinator, saga_id: str) -> SagaView:
+    """The saga with this id; an unknown or malformed id is ``UnknownSagaError`` with a hint."""
+    try:
+        return coord.get(parse_saga_id(saga_id))
+    except UnknownSagaError as error:
+        raise UnknownSagaError(f"{error}; find ids with `saga list`") from None
+
+
+def definition_of(view: SagaView) -> Saga | None:
+    """The saga's declared definition, when this process knows it (``--app``)."""
+    return defined_saga(view.name) if view.kind == "declarative" else None

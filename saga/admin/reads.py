@@ -1,0 +1,159 @@
+"""The read use cases: ``saga list``, ``show``, ``history`` and ``diff``.
+
+Each takes a coordinator and returns a record of :mod:`saga.admin.results`;
+none of them changes anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from saga.admin.inputs import definition_of, get_saga
+from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
+from saga.coordinator import Coordinator
+from saga.errors import ConfigurationError
+from saga.ports import EventRecord
+from saga.status import SagaStatus, StepKind
+from saga.views import SagaView, StepView
+
+
+def list_sagas(
+    coord: Coordinator,
+    *,
+    statuses: Sequence[SagaStatus] = (),
+    name: str | None = None,
+    stuck: bool = False,
+    older_than: float | None = None,
+    limit: int = 50,
+    before: str | None = None,
+) -> SagaPage:
+    """Sagas matching every filter given, newest first, at most ``limit``."""
+    if limit < 1:
+        raise ConfigurationError(f"--limit must be at least 1, not {limit}")
+    if before is not None:
+        before = get_saga(coord, before).id  # an unknown anchor is an error, not []
+    views = coord.list(
+        statuses or None,
+        name,
+        limit,
+        stuck=stuck,
+        before=before,
+        older_than=older_than,
+    )
+    return SagaPage(tuple(views), coord.store.now(), limit)
+
+
+def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
+    view = get_saga(coord, saga_id)
+    definition = definition_of(view)
+    recorded = {s.name for s in view.steps}
+    pending: tuple[str, ...] = ()
+    pivot = next((s.name for s in view.steps if s.kind is StepKind.PIVOT), None)
+    if definition is not None:
+        pending = tuple(s.name for s in definition.order() if s.name not in recorded)
+        declared = (s.name for s in definition.steps if s.kind is StepKind.PIVOT)
+        pivot = pivot or next(declared, None)
+    return SagaDetail(view, coord.store.now(), pending, pivot)
+
+
+# -- history ----------------------------------------------------------------------------------
+
+_END_OF = {
+    "step_succeeded": "step_started",
+    "step_failed": "step_started",
+    "attempt_failed": "step_started",
+    "compensation_done": "compensation_started",
+    "compensation_failed": "compensation_started",
+}
+
+
+def saga_history(coord: Coordinator, saga_id: str) -> Timeline:
+    """The saga's events, oldest first, with offsets and durations."""
+    view = get_saga(coord, saga_id)
+    return Timeline(view, timeline(coord.history(view.id)))
+
+
+def timeline(events: Sequence[EventRecord]) -> tuple[TimelineEntry, ...]:
+    """Offsets from the first event, and for each ending event how long its step took."""
+    if not events:
+        return ()
+    first = events[0].at
+    started: dict[tuple[str, str | None], float] = {}
+    entries = []
+    for event in events:
+        duration = None
+        opener = _END_OF.get(event.kind)
+        if opener is not None and (opener, event.step) in started:
+            duration = event.at - started[(opener, event.step)]
+        elif event.kind in ("saga_completed", "saga_compensated", "saga_cancelled"):
+            duration = event.at - first
+        started[(event.kind, event.step)] = event.at
+        entries.append(TimelineEntry(event, event.at - first, duration, describe_event(event)))
+    return tuple(entries)
+
+
+def describe_event(event: EventRecord) -> str:
+    """An event as one line of plain English."""
+    detail = event.detail or {}
+    step, attempt = event.step, event.attempt
+    error = detail.get("error")
+    texts: dict[str, Callable[[], str]] = {
+        "saga_started": lambda: "saga started",
+        "step_started": lambda: f"step {step} started (attempt {attempt})",
+        "attempt_failed": lambda: f"step {step} attempt {attempt} failed: {error}",
+        "step_succeeded": lambda: f"step {step} succeeded (attempt {attempt})",
+        "step_failed": lambda: f"step {step} failed: {error}",
+        "compensation_started": lambda: f"compensating step {step} (attempt {attempt})",
+        "compensation_done": lambda: _compensated_text(event),
+        "compensation_failed": lambda: f"compensation of step {step} failed: {error}",
+        "lease_claimed": lambda: _claim_text(event),
+        "operator_action": lambda: _operator_text(event),
+        "recovery_refused": lambda: f"recovery by {detail.get('owner')} refused: {error}",
+    }
+    if event.kind in texts:
+        return texts[event.kind]()
+    if event.kind.startswith("saga_"):
+        reason = detail.get("reason")
+        return f"saga {event.kind[5:]}" + (f" ({reason})" if reason else "")
+    return f"{event.kind} {detail}" if detail else event.kind
+
+
+def _compensated_text(event: EventRecord) -> str:
+    detail = event.detail or {}
+    if detail.get("marked_by"):
+        return (
+            f"step {event.step} marked compensated by {detail['marked_by']}: {detail.get('reason')}"
+        )
+    return f"step {event.step} compensated"
+
+
+def _claim_text(event: EventRecord) -> str:
+    detail = event.detail or {}
+    why = f" to {detail['why']}" if detail.get("why") else ""
+    return f"lease claimed by {detail.get('owner', '?')}{why} (epoch {event.epoch})"
+
+
+def _operator_text(event: EventRecord) -> str:
+    detail = dict(event.detail or {})
+    who = f"{detail.pop('by', '?')}@{detail.pop('host', '?')}"
+    action = detail.pop("action", "?")
+    owner = detail.pop("owner", None)
+    extra = "".join(f", {key} {value!r}" for key, value in sorted(detail.items()))
+    claimed = f"as {owner}, " if owner else ""
+    return f"operator {who}: {action}{extra} ({claimed}epoch {event.epoch})"
+
+
+# -- diff -------------------------------------------------------------------------------------
+
+
+def diff_sagas(coord: Coordinator, left_id: str, right_id: str) -> SagaDiff:
+    """Step by step, where two runs differ: digests of inputs and outputs, and timing."""
+    left = get_saga(coord, left_id)
+    right = get_saga(coord, right_id)
+    names = [s.name for s in left.steps]
+    names += [s.name for s in right.steps if s.name not in names]
+    return SagaDiff(left, right, tuple(StepDiff(n, _find(left, n), _find(right, n)) for n in names))
+
+
+def _find(view: SagaView, name: str) -> StepView | None:
+    return next((s for s in view.steps if s.name == name), None)

@@ -1,0 +1,194 @@
+"""``saga recover``: claim stuck sagas and finish them, forward or compensating.
+
+A plan is made for every saga first (so ``--dry-run`` only reports it), then
+each is carried out through the coordinator's own recovery.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from saga.admin.facts import human_duration, json_value, lease_left, past_pivot
+from saga.admin.inputs import definition_of, get_saga, parse_saga_id
+from saga.coordinator import Coordinator
+from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
+from saga.status import SagaStatus, StepStatus
+from saga.views import SagaView
+
+
+class Plan(enum.StrEnum):
+    """What recovery does (or would do) with one saga."""
+
+    RESUME = "resume"
+    COMPENSATE = "compensate"
+    CONTINUE = "continue-compensating"
+    SKIP = "skip"
+
+
+class Result(enum.StrEnum):
+    """How recovery of one saga ended."""
+
+    RESUMED = "resumed"
+    COMPENSATED = "compensated"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    PLANNED = "planned"  # --dry-run: nothing was done
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryItem:
+    """One saga in a recovery run: the plan, and (unless dry) how it ended."""
+
+    saga_id: str
+    name: str
+    plan: Plan
+    result: Result
+    status: SagaStatus | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.saga_id,
+            "name": self.name,
+            "plan": self.plan.value,
+            "result": self.result.value,
+            "status": json_value(self.status),
+            "reason": self.reason,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoverySummary:
+    dry_run: bool
+    items: tuple[RecoveryItem, ...]
+
+    def count(self, result: Result) -> int:
+        return sum(1 for item in self.items if item.result is result)
+
+    @property
+    def ok(self) -> bool:
+        return self.count(Result.FAILED) == 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "sagas": [item.as_json() for item in self.items],
+            "summary": {result.value: self.count(result) for result in Result},
+            "ok": self.ok,
+        }
+
+
+Progress = Callable[[RecoveryItem, int, int], None]
+"""Called after each saga with (item, done, total)."""
+
+
+def recover(
+    coord: Coordinator,
+    saga_ids: Sequence[str] = (),
+    *,
+    compensate: bool = False,
+    dry_run: bool = False,
+    limit: int | None = None,
+    progress: Progress | None = None,
+) -> RecoverySummary:
+    """Claim and finish stuck sagas: the ones given, or every stuck one (oldest first).
+
+    Each saga is claimed through its expired lease, so a live process's saga
+    is skipped, and a saga another recoverer takes meanwhile is skipped too.
+    With ``dry_run`` it only says what it would do.
+    """
+    if limit is not None and limit < 1:
+        raise ConfigurationError(f"--limit must be at least 1, not {limit}")
+    ids = list(dict.fromkeys(parse_saga_id(i) for i in saga_ids)) or stuck_ids(coord, limit)
+    now = coord.store.now()
+    plans = [_plan(coord, get_saga(coord, saga_id), compensate, now) for saga_id in ids[:limit]]
+    items: list[RecoveryItem] = []
+    for item in plans:
+        items.append(item if dry_run or item.plan is Plan.SKIP else _carry_out(coord, item))
+        if progress is not None:
+            progress(items[-1], len(items), len(plans))
+    return RecoverySummary(dry_run, tuple(items))
+
+
+def stuck_ids(coord: Coordinator, limit: int | None = None, page: int = 200) -> list[str]:
+    """Ids of every stuck saga (or the ``limit`` oldest), oldest first."""
+    ids: list[str] = []
+    before: str | None = None
+    while True:
+        views = coord.list(None, None, page, stuck=True, before=before)
+        ids.extend(view.id for view in views)
+        if len(views) < page:
+            break
+        before = views[-1].id
+    ids.reverse()
+    return ids if limit is None else ids[:limit]
+
+
+def _plan(coord: Coordinator, view: SagaView, compensate: bool, now: float) -> RecoveryItem:
+    def skip(reason: str) -> RecoveryItem:
+        return RecoveryItem(view.id, view.name, Plan.SKIP, Result.SKIPPED, view.status, reason)
+
+    if view.status is SagaStatus.FAILED:
+        return skip("failed: needs `saga retry-compensation` or `saga mark-compensated`")
+    if view.status.is_terminal:
+        return skip(f"already {view.status.value}")
+    left = lease_left(view, now)
+    if view.owner is not None and left is not None and left > 0:
+        return skip(f"not stuck: {view.owner} holds it (lease live {human_duration(left)} more)")
+    plan, problem = _decide(coord, view, compensate)
+    if problem is not None:
+        return skip(problem)
+    return RecoveryItem(view.id, view.name, plan, Result.PLANNED, view.status)
+
+
+def _decide(coord: Coordinator, view: SagaView, compensate: bool) -> tuple[Plan, str | None]:
+    """The coordinator's recovery rule, predicted; and what would stop it, if anything."""
+    definition = definition_of(view)
+    if view.kind == "declarative" and definition is None:
+        return Plan.SKIP, f"no definition of saga {view.name!r} here; pass --app MODULE"
+    if view.status is SagaStatus.COMPENSATING:
+        plan = Plan.CONTINUE
+    elif definition is None:  # a context-manager saga: only its own code goes forward
+        plan = Plan.COMPENSATE
+    elif past_pivot(view):
+        plan = Plan.RESUME
+    elif compensate or definition.on_crash == "compensate" or view.cancel_requested:
+        plan = Plan.COMPENSATE
+    else:
+        plan = Plan.RESUME
+    if plan is not Plan.RESUME and definition is None:
+        return plan, _untrusted(coord, view)
+    return plan, None
+
+
+def _untrusted(coord: Coordinator, view: SagaView) -> str | None:
+    """Why a context-manager saga's compensations could not be run here, if they could not."""
+    for step in view.steps:
+        if step.compensation is None or step.status is StepStatus.COMPENSATED:
+            continue
+        try:
+            coord.resolver.resolve(step.compensation)
+        except UnsafeReferenceError:
+            module = step.compensation.partition(":")[0]
+            return f"compensation {step.compensation} is not trusted here; pass --app {module}"
+    return None
+
+
+def _carry_out(coord: Coordinator, item: RecoveryItem) -> RecoveryItem:
+    try:
+        outcome = coord.recover_saga(item.saga_id, compensate=item.plan is Plan.COMPENSATE)
+    except OperationRefusedError as busy:  # held by another, or finished, since it was read
+        reason = f"taken or finished meanwhile: {busy}"
+        return dataclasses.replace(item, result=Result.SKIPPED, reason=reason)
+    if outcome.error is not None:
+        return dataclasses.replace(item, result=Result.FAILED, reason=outcome.error)
+    status = outcome.status
+    if status is SagaStatus.COMPLETED:
+        return dataclasses.replace(item, result=Result.RESUMED, status=status)
+    if status in (SagaStatus.COMPENSATED, SagaStatus.CANCELLED):
+        return dataclasses.replace(item, result=Result.COMPENSATED, status=status)
+    reason = "a compensation failed for good; see `saga show` and `saga history`"
+    return dataclasses.replace(item, result=Result.FAILED, status=status, reason=reason)

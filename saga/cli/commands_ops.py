@@ -1,0 +1,252 @@
+"""The commands that act: ``saga recover``, the operator actions, ``worker``,
+``purge``, ``db upgrade`` / ``status`` and ``demo``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+
+from saga import admin
+from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app, db_app
+from saga.cli.render import render_recovery, render_schema, render_standing
+from saga.cli.session import FAILED, OK, Session, reporting, respond, scrub, session_of
+from saga.coordinator import Coordinator
+from saga.errors import ConfigurationError
+from saga.views import SagaView
+
+# -- recover ----------------------------------------------------------------------------------
+
+
+@app.command("recover")
+def recover_command(
+    ctx: typer.Context,
+    saga_ids: Annotated[
+        list[str] | None, typer.Argument(help="Only these sagas (default: every stuck one).")
+    ] = None,
+    compensate: Annotated[
+        bool, typer.Option("--compensate", help="Unwind running sagas instead of resuming them.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be done; change nothing.")
+    ] = False,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many sagas.")] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Claim stuck sagas and finish them: forward, or compensating."""
+    session = session_of(ctx)
+    with reporting(session), _progress(session) as progress:
+        summary = admin.recover(
+            session.coordinator(),
+            saga_ids or (),
+            compensate=compensate,
+            dry_run=dry_run,
+            limit=limit,
+            progress=progress,
+        )
+    if session.wants_json(json_output):
+        session.emit_json(summary.as_json())
+    else:
+        render_recovery(session, summary)
+    raise typer.Exit(OK if summary.ok else FAILED)
+
+
+@contextlib.contextmanager
+def _progress(session: Session) -> Iterator[admin.Progress | None]:
+    """A progress bar on stderr when it is a terminal; nothing otherwise."""
+    if not session.err.is_terminal:
+        yield None
+        return
+    with Progress(console=session.err, transient=True) as bar:
+        task = bar.add_task("recovering", total=None)
+
+        def advance(item: admin.RecoveryItem, done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total, description=item.saga_id[:8])
+
+        yield advance
+
+
+# -- operator actions -------------------------------------------------------------------------
+
+
+def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], SagaView]) -> None:
+    """Run one operator action and say where the saga now stands."""
+    session = session_of(ctx)
+    with reporting(session):
+        coord = session.coordinator()
+        view = action(coord)
+        if session.wants_json(json_output):
+            session.emit_json(admin.saga_summary(view, coord.store.now()))
+        else:
+            render_standing(session, view)
+
+
+@app.command("compensate")
+def compensate_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+    """Unwind a saga now (refused past its pivot or once it finished)."""
+    _act(ctx, json_output, lambda coord: admin.compensate(coord, saga_id))
+
+
+@app.command("resume")
+def resume_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+    """Carry a stuck declarative saga forward now (needs --app)."""
+    _act(ctx, json_output, lambda coord: admin.resume(coord, saga_id))
+
+
+@app.command("cancel")
+def cancel_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+    """Stop a running saga at its next step boundary and unwind it."""
+    _act(ctx, json_output, lambda coord: admin.cancel(coord, saga_id))
+
+
+@app.command("retry-compensation")
+def retry_compensation_command(
+    ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False
+) -> None:
+    """Run a failed saga's compensations again, with a fresh attempt budget."""
+    _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, saga_id))
+
+
+@app.command("mark-compensated")
+def mark_compensated_command(
+    ctx: typer.Context,
+    saga_id: SagaId,
+    step: Annotated[str, typer.Option("--step", help="The step you undid by hand.")],
+    reason: Annotated[str, typer.Option("--reason", help="What you did; it is recorded.")],
+    json_output: JsonFlag = False,
+) -> None:
+    """Record that you undid a failed saga's step by hand, then unwind the rest."""
+    _act(ctx, json_output, lambda coord: admin.mark_compensated(coord, saga_id, step, reason))
+
+
+# -- worker -----------------------------------------------------------------------------------
+
+
+@app.command("worker")
+def worker_command(
+    ctx: typer.Context,
+    interval: Annotated[str, typer.Option("--interval", help="Pause between passes.")] = "5s",
+    batch: Annotated[int, typer.Option("--batch", help="At most this many sagas a pass.")] = 20,
+) -> None:
+    """Recover stuck sagas in a loop until SIGTERM or SIGINT (several may run)."""
+    session = session_of(ctx)
+    with reporting(session):
+        seconds = admin.parse_duration(interval, "--interval")
+        coord = session.coordinator()
+        stop = threading.Event()
+        with _stopping_on_signals(stop, lambda text: _log(session, text)):
+            admin.run_worker(
+                coord, stop, interval=seconds, batch=batch, log=lambda t: _log(session, t)
+            )
+
+
+def _log(session: Session, text: str) -> None:
+    stamp = admin.iso_time(time.time())
+    session.err.print(f"{stamp} {scrub(text, session.url)}", markup=False)
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(stop: threading.Event, log: Callable[[str], None]) -> Iterator[None]:
+    """The first SIGTERM/SIGINT asks for a clean stop; a second one acts as usual."""
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = {number: signal.getsignal(number) for number in signals}
+
+    def on_signal(number: int, _frame: FrameType | None) -> None:
+        log(f"{signal.Signals(number).name}: finishing the saga in hand, then stopping")
+        stop.set()
+        for restored in signals:
+            signal.signal(restored, previous[restored])
+
+    for number in signals:
+        signal.signal(number, on_signal)
+    try:
+        yield
+    finally:
+        for number in signals:
+            signal.signal(number, previous[number])
+
+
+# -- the database -----------------------------------------------------------------------------
+
+
+@app.command("purge")
+def purge_command(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str, typer.Option("--older-than", help="Created longer ago than this (30d).")
+    ],
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", "-s", help="Finished statuses (default: completed,compensated)."),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete finished sagas (with their steps and events), in batches."""
+    session = session_of(ctx)
+    with reporting(session):
+        seconds = admin.parse_duration(older_than, "--older-than")
+        statuses = admin.parse_statuses(status or ["completed,compensated"])
+        coord = session.coordinator()
+        what = ", ".join(s.value for s in statuses)
+        question = (
+            f"Delete every {what} saga created more than {older_than} ago on {coord.store.url}?"
+        )
+        if not yes:
+            _confirm(question)
+        deleted = admin.purge(
+            coord, older_than=seconds, statuses=statuses, progress=_purge_progress(session)
+        )
+        if session.json:
+            session.emit_json({"deleted": deleted})
+        else:
+            session.say(f"deleted {deleted} saga(s)")
+
+
+def _confirm(question: str) -> None:
+    if not sys.stdin.isatty():
+        raise ConfigurationError("purge needs confirmation: run it on a terminal or pass --yes")
+    if not typer.confirm(question, default=False):
+        raise typer.Exit(FAILED)
+
+
+def _purge_progress(session: Session) -> Callable[[int], None] | None:
+    if not session.err.is_terminal:
+        return None
+    return lambda total: session.err.print(f"deleted {total}...", markup=False)
+
+
+@db_app.command("upgrade")
+def db_upgrade_command(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Create saga's tables, or migrate them to this version's schema."""
+    respond(ctx, json_output, admin.upgrade_schema, render_schema)
+
+
+@db_app.command("status")
+def db_status_command(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """The schema version in the database; exit 1 unless it is up to date."""
+    status = respond(ctx, json_output, admin.schema_status, render_schema)
+    if not status.up_to_date:
+        raise typer.Exit(FAILED)
+
+
+# -- the demo ---------------------------------------------------------------------------------
+
+
+@app.command("demo")
+def demo_command(ctx: typer.Context, db: DemoDbUrl = None) -> None:
+    """Run three orders through a real saga and tell what happened, step by step."""
+    from saga import demo  # the demo's modules load only when asked for
+
+    session = session_of(ctx)
+    with reporting(session):
+        ok = demo.run(db or session.url, session.out)
+    raise typer.Exit(OK if ok else FAILED)

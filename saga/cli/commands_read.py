@@ -1,0 +1,79 @@
+"""The read commands: ``saga list``, ``show``, ``history`` and ``diff``.
+
+Each parses its arguments and hands one admin call and one renderer to
+:func:`~saga.cli.session.respond`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from saga import admin
+from saga.cli.options import JsonFlag, SagaId, app
+from saga.cli.render import render_detail, render_diff, render_page, render_timeline
+from saga.cli.session import respond
+
+
+@app.command("list")
+def list_command(
+    ctx: typer.Context,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="running, compensating, completed, compensated, "
+            "failed or cancelled; repeat or comma-separate.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", "-n", help="Only this saga name.")] = None,
+    stuck: Annotated[
+        bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
+    ] = False,
+    older_than: Annotated[
+        str | None, typer.Option("--older-than", help="Created longer ago than this (10m, 2d).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many.")] = 50,
+    before: Annotated[
+        str | None, typer.Option("--before", help="The page after this id (see the last line).")
+    ] = None,
+    json_output: JsonFlag = False,
+) -> None:
+    """Sagas, newest first."""
+    respond(
+        ctx,
+        json_output,
+        lambda coord: admin.list_sagas(
+            coord,
+            statuses=admin.parse_statuses(status or ()),
+            name=name,
+            stuck=stuck,
+            older_than=None if older_than is None else admin.parse_duration(older_than),
+            limit=limit,
+            before=before,
+        ),
+        lambda session, page: render_page(session, page, stuck),
+    )
+
+
+@app.command("show")
+def show_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+    """One saga: its input and success stack, with the in-doubt step and the pivot marked."""
+    respond(ctx, json_output, lambda coord: admin.show_saga(coord, saga_id), render_detail)
+
+
+@app.command("history")
+def history_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+    """The saga's events, oldest first, with timestamps and durations."""
+    respond(ctx, json_output, lambda coord: admin.saga_history(coord, saga_id), render_timeline)
+
+
+@app.command("diff")
+def diff_command(
+    ctx: typer.Context, left: SagaId, right: SagaId, json_output: JsonFlag = False
+) -> None:
+    """Step by step, where two runs differ (SHA-256 digests of inputs and outputs, timing)."""
+    respond(ctx, json_output, lambda coord: admin.diff_sagas(coord, left, right), render_diff)

@@ -1,0 +1,71 @@
+"""The ``saga`` typer apps and the options every command shares, each defined
+once: ``--db``, ``--app``, ``--debug``, ``--json`` and a saga ``ID``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from saga.cli.session import Session
+
+app = typer.Typer(
+    name="saga",
+    help="Inspect, recover and operate durable sagas.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    invoke_without_command=True,
+)
+db_app = typer.Typer(help="Create, migrate and check the schema.", invoke_without_command=True)
+app.add_typer(db_app, name="db")
+
+DbUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL (default: $SAGA_DATABASE_URL, else sqlite:///saga.db).",
+        show_default=False,
+    ),
+]
+DemoDbUrl = Annotated[
+    str | None, typer.Option("--db", help="Database URL (default: as the global --db).")
+]
+"""``saga demo --db URL`` as well as ``saga --db URL demo``."""
+Apps = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--app",
+        help="Import this module (repeatable) so its sagas and compensations are known.",
+        show_default=False,
+    ),
+]
+DebugFlag = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/operating.md).")]
+SagaId = Annotated[
+    str,
+    typer.Argument(metavar="ID", help="A saga id, as `saga list` shows it.", show_default=False),
+]
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    db: DbUrl = None,
+    apps: Apps = None,
+    debug: DebugFlag = False,
+    json_output: JsonFlag = False,
+) -> None:
+    """Inspect, recover and operate durable sagas."""
+    session = Session(db, list(apps or ()), debug, json_output)
+    ctx.obj = session
+    ctx.call_on_close(session.close)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+@db_app.callback()
+def db_options(ctx: typer.Context) -> None:
+    """Create, migrate and check the schema."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())

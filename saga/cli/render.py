@@ -1,0 +1,257 @@
+"""What the admin functions return, for reading: tables on a terminal,
+aligned plain text elsewhere (see :meth:`Session.table`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+
+from saga import admin
+from saga.cli.session import Session
+from saga.status import SagaStatus, StepStatus
+from saga.views import SagaView, StepView
+
+STATUS_STYLES = {
+    SagaStatus.RUNNING: "cyan",
+    SagaStatus.COMPENSATING: "yellow",
+    SagaStatus.COMPLETED: "green",
+    SagaStatus.COMPENSATED: "yellow",
+    SagaStatus.FAILED: "bold red",
+    SagaStatus.CANCELLED: "magenta",
+}
+STEP_STYLES = {
+    StepStatus.RUNNING: "bold cyan",
+    StepStatus.SUCCEEDED: "green",
+    StepStatus.FAILED: "red",
+    StepStatus.COMPENSATING: "bold yellow",
+    StepStatus.COMPENSATED: "yellow",
+}
+
+# -- list -------------------------------------------------------------------------------------
+
+
+def render_page(session: Session, page: admin.SagaPage, stuck: bool) -> None:
+    if not page.sagas:
+        session.say("no stuck sagas" if stuck else "no sagas match")
+        return
+    headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE"]
+    session.table(headers, [_page_row(view, page.now) for view in page.sagas])
+    if page.next_before:
+        session.say(f"more: saga list --before {page.next_before}", style="dim")
+
+
+def _page_row(view: SagaView, now: float) -> list[str | Text]:
+    step = admin.current_step(view)
+    age = None if view.created_at is None else now - view.created_at
+    return [
+        view.id,
+        view.name,
+        view.key or "-",
+        _status_text(view, now),
+        f"{step.name} ({step.status.value})" if step else "-",
+        str(step.attempt) if step else "-",
+        admin.human_duration(age),
+        _lease_text(view, now),
+    ]
+
+
+def _status_text(view: SagaView, now: float) -> Text:
+    label = view.status.value + (" (stuck)" if admin.is_stuck(view, now) else "")
+    return Text(label, style=STATUS_STYLES.get(view.status, ""))
+
+
+def _lease_text(view: SagaView, now: float) -> str:
+    left = admin.lease_left(view, now)
+    if left is None:
+        return "-"
+    if left < 0:
+        return f"{view.owner or 'released'}, expired {admin.human_duration(-left)} ago"
+    return f"{view.owner}, {admin.human_duration(left)} left"
+
+
+# -- show -------------------------------------------------------------------------------------
+
+
+def render_detail(session: Session, detail: admin.SagaDetail) -> None:
+    view, now = detail.saga, detail.now
+    created = None if view.created_at is None else now - view.created_at
+    facts: list[tuple[str, str | Text]] = [
+        ("saga", f"{view.id} ({view.kind})"),
+        ("name", view.name),
+        ("key", view.key or "-"),
+        ("status", _status_text(view, now)),
+        ("owner", f"{_lease_text(view, now)} (epoch {view.epoch})"),
+        ("created", f"{admin.iso_time(view.created_at)} ({admin.human_duration(created)} ago)"),
+        ("updated", admin.iso_time(view.updated_at) or "-"),
+        ("input", json.dumps(view.input, ensure_ascii=False)),
+    ]
+    if view.error:
+        facts.append(("error", view.error))
+    if view.cancel_requested:
+        facts.append(("cancel", "requested"))
+    if detail.pivot:
+        passed = "passed: it can only go forward" if admin.past_pivot(view) else "not passed"
+        facts.append(("pivot", f"{detail.pivot} ({passed})"))
+    session.table(None, [[Text(k, style="bold"), v] for k, v in facts])
+    session.say()
+    headers = ["#", "STEP", "KIND", "STATUS", "ATTEMPT", "DURATION", "RESULT / ERROR", "NOTE"]
+    rows = [_step_row(step) for step in view.steps]
+    rows += [["-", name, "", "pending", "", "", "", ""] for name in detail.pending]
+    session.table(headers, rows)
+
+
+def _step_row(step: StepView) -> list[str | Text]:
+    attempt = str(step.attempt)
+    if step.compensation_attempt:
+        attempt += f" (undo {step.compensation_attempt})"
+    return [
+        str(step.seq),
+        step.name,
+        step.kind.value,
+        Text(step.status.value, style=STEP_STYLES.get(step.status, "")),
+        attempt,
+        admin.human_duration(step.duration),
+        step.error or ("-" if step.result is None else _compact(step.result)),
+        _note(step),
+    ]
+
+
+def _note(step: StepView) -> Text:
+    if step.status is StepStatus.RUNNING:
+        return Text("IN DOUBT: may have acted, not confirmed", style="bold red")
+    if step.status is StepStatus.COMPENSATING:
+        return Text("IN DOUBT: compensation may have run", style="bold red")
+    if step.kind.value == "pivot":
+        return Text("pivot: point of no return", style="bold")
+    return Text("")
+
+
+def _compact(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+# -- history ----------------------------------------------------------------------------------
+
+
+def render_timeline(session: Session, timeline: admin.Timeline) -> None:
+    headers = ["AT", "OFFSET", "TOOK", "EPOCH", "EVENT"]
+    session.table(headers, [_event_row(entry) for entry in timeline.entries])
+
+
+def _event_row(entry: admin.TimelineEntry) -> list[str | Text]:
+    style = "red" if "failed" in entry.event.kind or "refused" in entry.event.kind else ""
+    took = "" if entry.duration is None else admin.human_duration(entry.duration)
+    return [
+        admin.iso_time(entry.event.at) or "",
+        "+" + admin.human_duration(entry.offset),
+        took,
+        str(entry.event.epoch or ""),
+        Text(entry.text, style=style),
+    ]
+
+
+# -- diff -------------------------------------------------------------------------------------
+
+
+def render_diff(session: Session, diff: admin.SagaDiff) -> None:
+    sides = [("left", diff.left), ("right", diff.right)]
+    session.table(
+        ["", "ID", "NAME", "STATUS", "TOOK", "INPUT SHA-256"],
+        [
+            [
+                side,
+                v.id,
+                v.name,
+                v.status.value,
+                admin.human_duration(admin.total_duration(v)),
+                admin.input_digest(v)[:16],
+            ]
+            for side, v in sides
+        ],
+    )
+    session.say("input: " + ("same" if diff.same_input else "DIFFERENT"))
+    session.say()
+    headers = ["STEP", "LEFT", "RIGHT", "INPUT", "OUTPUT", "LEFT TOOK", "RIGHT TOOK", "DELTA"]
+    session.table(headers, [_diff_row(step) for step in diff.steps])
+
+
+def _diff_row(step: admin.StepDiff) -> list[str | Text]:
+    def status(side: StepView | None) -> str:
+        return "(not run)" if side is None else side.status.value
+
+    def took(side: StepView | None) -> str:
+        return "" if side is None else admin.human_duration(side.duration)
+
+    delta = step.duration_delta
+    return [
+        step.name,
+        status(step.left),
+        status(step.right),
+        _verdict(step.same_input),
+        _verdict(step.same_output),
+        took(step.left),
+        took(step.right),
+        "" if delta is None else ("+" if delta >= 0 else "-") + admin.human_duration(abs(delta)),
+    ]
+
+
+def _verdict(same: bool | None) -> Text:
+    if same is None:
+        return Text("n/a", style="dim")
+    return Text("same", style="green") if same else Text("DIFFERENT", style="bold red")
+
+
+# -- acting -----------------------------------------------------------------------------------
+
+
+def render_recovery(session: Session, summary: admin.RecoverySummary) -> None:
+    if not summary.items:
+        session.say("no stuck sagas")
+        return
+    for item in summary.items:
+        session.say(_recovery_line(item, summary.dry_run))
+    counts = ", ".join(
+        f"{summary.count(r)} {r.value}"
+        for r in (admin.Result.RESUMED, admin.Result.COMPENSATED, admin.Result.FAILED)
+    )
+    skipped = summary.count(admin.Result.SKIPPED)
+    if summary.dry_run:
+        session.say(f"dry run: {len(summary.items) - skipped} to recover, {skipped} skipped")
+    else:
+        session.say(f"recovered {len(summary.items)}: {counts}, {skipped} skipped")
+
+
+def _recovery_line(item: admin.RecoveryItem, dry_run: bool) -> Text:
+    reason = f": {item.reason}" if item.reason else ""
+    if item.result is admin.Result.SKIPPED:
+        return Text(f"skipped      {item.saga_id} ({item.name}){reason}", style="dim")
+    if dry_run:
+        return Text(f"would {item.plan.value:<8} {item.saga_id} ({item.name})")
+    status = f" -> {item.status.value}" if item.status else ""
+    style = "red" if item.result is admin.Result.FAILED else "green"
+    return Text(
+        f"{item.result.value:<12} {item.saga_id} ({item.name}){status}{reason}", style=style
+    )
+
+
+def render_standing(session: Session, view: SagaView) -> None:
+    """Where a saga stands after an operator action."""
+    extra = " (cancel requested: its owner stops at the next step boundary)"
+    pending = view.status is SagaStatus.RUNNING and view.cancel_requested
+    session.say(f"saga {view.id}: {view.status.value}" + (extra if pending else ""))
+
+
+def render_schema(session: Session, status: admin.SchemaStatus) -> None:
+    if status.version is None:
+        session.say(f"{status.url}: no saga tables yet; run `saga db upgrade`")
+    elif status.up_to_date:
+        session.say(f"{status.url}: schema version {status.version}, up to date")
+    else:
+        session.say(
+            f"{status.url}: schema version {status.version}, this saga expects "
+            f"{status.expected}; run `saga db upgrade`"
+        )

@@ -1,0 +1,191 @@
+"""One invocation of ``saga``: its coordinator, its output, and how an error
+becomes one line on stderr and an exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from saga import admin
+from saga.coordinator import Coordinator
+from saga.errors import (
+    ConfigurationError,
+    OperationRefusedError,
+    SagaError,
+    SagaFailed,
+    StorageUnavailableError,
+    UnknownSagaError,
+)
+from saga.store import default_url
+
+OK, FAILED, BAD_INPUT = 0, 1, 2
+
+
+@dataclasses.dataclass
+class Session:
+    """What the global options set up, shared by every command of one invocation."""
+
+    url: str | None
+    apps: list[str]
+    debug: bool
+    json: bool
+    out: Console = dataclasses.field(default_factory=lambda: _console(stderr=False))
+    err: Console = dataclasses.field(default_factory=lambda: _console(stderr=True))
+    _coordinator: Coordinator | None = None
+
+    def coordinator(self) -> Coordinator:
+        """Opened on first use, so that `--help` and the demo never touch the database."""
+        if self._coordinator is None:
+            self._coordinator = admin.open_coordinator(self.url, self.apps)
+        return self._coordinator
+
+    def close(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.close()
+            self._coordinator = None
+
+    def wants_json(self, flag: bool) -> bool:
+        return flag or self.json
+
+    def emit_json(self, payload: Any) -> None:
+        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+
+    def say(self, text: str | Text = "", style: str | None = None) -> None:
+        self.out.print(text, style=style, markup=False)
+
+    def table(self, headers: Sequence[str] | None, rows: Sequence[Sequence[str | Text]]) -> None:
+        """A rich table on a terminal, aligned plain columns elsewhere (no header row: None)."""
+        if not rows and not headers:
+            return
+        if self.out.is_terminal:
+            columns = headers or [""] * len(rows[0])
+            table = Table(
+                *columns, box=None, header_style="bold", pad_edge=False, show_header=bool(headers)
+            )
+            for row in rows:
+                table.add_row(*row)
+            self.out.print(table)
+            return
+        for line in plain_columns(headers, rows):
+            self.out.print(line, markup=False, highlight=False)
+
+
+def _console(*, stderr: bool) -> Console:
+    # soft_wrap: plain output is never cut at 80 columns; user text is never markup.
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+
+
+def plain_columns(headers: Sequence[str] | None, rows: Sequence[Sequence[str | Text]]) -> list[str]:
+    cells = [list(headers)] if headers else []
+    cells += [[str(cell) for cell in row] for row in rows]
+    if not cells:
+        return []
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+
+
+def session_of(ctx: typer.Context) -> Session:
+    session = ctx.find_object(Session)
+    assert session is not None, "the app callback sets the session up"
+    return session
+
+
+class Reply(Protocol):
+    """What an admin read returns: a record with its documented JSON."""
+
+    def as_json(self) -> dict[str, Any]: ...
+
+
+R = TypeVar("R", bound=Reply)
+
+
+def respond(
+    ctx: typer.Context,
+    json_output: bool,
+    call: Callable[[Coordinator], R],
+    render: Callable[[Session, R], None],
+) -> R:
+    """Call one admin function, then print its JSON (``--json``) or render it for reading."""
+    session = session_of(ctx)
+    with reporting(session):
+        reply = call(session.coordinator())
+        if session.wants_json(json_output):
+            session.emit_json(reply.as_json())
+        else:
+            render(session, reply)
+    return reply
+
+
+@contextlib.contextmanager
+def reporting(session: Session) -> Iterator[None]:
+    """Turn any error into one line on stderr and the right exit code."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as error:
+        code, message = explain(error)
+        if session.debug:
+            session.err.print(scrub(traceback.format_exc(), session.url), markup=False, end="")
+        line = " ".join(scrub(message, session.url).split())
+        session.err.print(f"saga: error: {line}", markup=False, style="red")
+        raise typer.Exit(code) from None
+
+
+def explain(error: Exception) -> tuple[int, str]:
+    """The exit code for an error, and the line that tells the operator what to do."""
+    if isinstance(error, SagaFailed):
+        cause = f": {error.__cause__}" if error.__cause__ else ""
+        return FAILED, f"{error}{cause}; see `saga history {error.saga_id}`"
+    if isinstance(error, StorageUnavailableError):
+        return BAD_INPUT, (
+            f"cannot reach the database: {error}; check --db or $SAGA_DATABASE_URL "
+            "and that the server is up"
+        )
+    if isinstance(error, UnknownSagaError | ConfigurationError):
+        return BAD_INPUT, str(error)
+    if isinstance(error, OperationRefusedError):
+        return FAILED, f"refused: {error}"
+    if isinstance(error, SagaError):
+        return FAILED, str(error)
+    return FAILED, f"unexpected {type(error).__name__}: {error} (run with --debug for details)"
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` with the URL's password blanked, should any message ever carry it.
+
+    Messages already use the masked URL; this is the second line of defence.
+    """
+    raw = url or default_url()
+    password = _password(raw)
+    if not password:
+        return text
+    return text.replace(raw, masked_url(raw)).replace(f":{password}@", ":***@")
+
+
+def _password(url: str) -> str | None:
+    try:
+        from sqlalchemy.engine import make_url
+
+        password = make_url(url).password
+        return None if password is None else str(password)
+    except Exception:  # an unparsable URL has no password we can find
+        return None
+
+
+def masked_url(url: str) -> str:
+    from saga.adapters.sql import masked  # the adapter is imported only when needed
+
+    return str(masked(url))
