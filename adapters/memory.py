@@ -21,7 +21,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from saga.errors import LeaseLostError, SagaBusyError, StorageError, UnknownSagaError
+from saga.errors import (
+    LeaseLostError,
+    OperationRefusedError,
+    SagaBusyError,
+    StorageError,
+    UnknownSagaError,
+)
 from saga.ports import Commit, Event, EventRecord, ListQuery, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus
 
@@ -126,6 +132,10 @@ class InMemorySagaStore:
             if row is None:
                 raise UnknownSagaError(f"no saga with id {saga_id}")
             now = self.now()
+            if row.saga.status.is_finished:  # it may have finished since the caller read it
+                raise OperationRefusedError(
+                    saga_id, f"saga {saga_id} is already {row.saga.status.value}"
+                )
             if not _free(row.saga, now):
                 raise SagaBusyError(
                     saga_id,
@@ -154,6 +164,8 @@ class InMemorySagaStore:
             row = self._rows.get(saga_id)
             if row is None:
                 raise UnknownSagaError(f"no saga with id {saga_id}")
+            if row.saga.status is not SagaStatus.RUNNING or row.saga.cancel_requested:
+                return  # finished meanwhile, or already requested: as the SQL store does
             row.saga = dataclasses.replace(row.saga, cancel_requested=True)
             self._append(saga_id, row.saga.epoch, event, self.now())
 

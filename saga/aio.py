@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from saga import engine, faults, operations
-from saga.aio_runner import AsyncRunner, Forward, ThreadedAsyncStore
+from saga.aio_runner import AsyncRunner, Forward
 from saga.aio_scope import AsyncSagaScope
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
@@ -19,6 +19,7 @@ from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
+from saga.store import async_store
 from saga.views import SagaView, view_of
 
 
@@ -49,7 +50,7 @@ class AsyncCoordinator:
             store_retry=store_retry,
             session_factory=session_factory,
         )
-        self.store = ThreadedAsyncStore(self.sync.store)
+        self.store = async_store(self.sync.store)
         self.runner = AsyncRunner(self.sync.runner, self.store)
 
     def __repr__(self) -> str:
@@ -70,6 +71,7 @@ class AsyncCoordinator:
         await self.close()
 
     async def close(self) -> None:
+        await self.store.close()
         await asyncio.to_thread(self.sync.close)
 
     async def create_schema(self) -> None:
@@ -96,9 +98,7 @@ class AsyncCoordinator:
         )
         first_name = started[0].name if started else None
         faults.point("before_start_commit", first_name)
-        stored, created = await self.store.call(
-            self.sync.store.create, record, change, self.lease_ttl
-        )
+        stored, created = await self.store.create(record, change, self.lease_ttl)
         if not created:
             return await self._rerun(definition, stored, payload.text)
         faults.point("after_start_commit", first_name)

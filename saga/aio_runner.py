@@ -1,10 +1,13 @@
 """The asyncio driver: the same decisions as ``runner.py``, carried out with tasks.
 
-The engine decides; this module only awaits. Store calls go through
-:class:`ThreadedAsyncStore` (the sync store in worker threads: see
-docs/async.md for why that facade was kept). Async step functions are
-awaited on the caller's event loop; sync ones run in a worker thread.
-Independent steps run as concurrent tasks, bounded by ``max_concurrency``.
+The engine decides; this module only awaits. Store calls go through the
+async form of the store (``saga.store.async_store``): on PostgreSQL,
+creations and commits are native async statements; everything else, and
+everything on SQLite, is the sync store in worker threads
+(:class:`ThreadedAsyncStore`; docs/async.md has the measurements). Async step
+functions are awaited on the caller's event loop; sync ones run in a worker
+thread. Independent steps run as concurrent tasks, bounded by
+``max_concurrency``.
 """
 
 from __future__ import annotations
@@ -31,13 +34,25 @@ T = TypeVar("T")
 
 
 class ThreadedAsyncStore:
-    """Awaitable access to a sync ``SagaStore``: each call runs in a worker thread."""
+    """Awaitable access to a sync ``SagaStore``: each call runs in a worker thread.
+
+    The async form of the storage port. A backend may send its hot calls
+    (``create``, ``commit``) natively instead: see ``saga.store.async_store``.
+    """
 
     def __init__(self, store: SagaStore) -> None:
         self.sync = store
 
     async def call(self, method: Callable[..., T], *args: Any) -> T:
         return await asyncio.to_thread(method, *args)
+
+    async def create(
+        self, saga: SagaRecord, first: Commit, lease_ttl: float
+    ) -> tuple[SagaRecord, bool]:
+        return await asyncio.to_thread(self.sync.create, saga, first, lease_ttl)
+
+    async def close(self) -> None:
+        """Release what the async side holds (the sync store is closed by its owner)."""
 
     async def commit(self, change: Commit, lease_ttl: float) -> bool:
         return await asyncio.to_thread(self.sync.commit, change, lease_ttl)

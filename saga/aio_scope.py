@@ -10,8 +10,9 @@ from saga import engine, faults
 from saga.codec import encode
 from saga.engine import Cursor
 from saga.errors import INFRASTRUCTURE_ERRORS, OperationRefusedError, SagaFailed
+from saga.parallel import StepCall, bound, run_group_async
 from saga.policy import RetryPolicy
-from saga.ports import Event, StepWrite
+from saga.ports import Event, SagaRecord, StepWrite
 from saga.scope import PlannedStep, ScopeCore
 from saga.status import SagaStatus
 
@@ -45,8 +46,18 @@ class AsyncSagaScope(ScopeCore):
             self._record = await asyncio.to_thread(
                 self.store.claim, existing.id, self.owner, self.coordinator.lease_ttl, claim
             )
+            if self._record.status is SagaStatus.COMPENSATING:  # a crash interrupted unwinding
+                raise await self._finish_unwinding(self._record)
             self._hold()
         return self
+
+    async def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
+        """Finish compensating a saga a crash left compensating; return what to raise."""
+        try:
+            view = await self.coordinator._unwind(record, None)
+        except SagaFailed as failure:
+            return failure
+        return SagaFailed(view.id, view.status, engine.failed_step(record))
 
     async def step(
         self,
@@ -71,20 +82,28 @@ class AsyncSagaScope(ScopeCore):
         await self._begin(planned)
         return await self._run(planned, timeout, fn, args, kwargs)
 
-    async def _begin(self, planned: PlannedStep) -> None:
-        start, events = self._start_writes(planned)
-        faults.point("before_start_commit", planned.template.name)
+    async def parallel(self, *calls: StepCall) -> list[Any]:
+        """Run ``s.call(...)`` steps at once, as tasks; their results, in order.
+
+        As ``SagaScope.parallel``; on a failure, calls in flight whose
+        function is async are cancelled (recorded failed, then compensated).
+        """
+        return await run_group_async(self, calls)
+
+    async def _begin(self, *group: PlannedStep) -> None:
+        starts, events = self._start_writes(*group)
+        faults.point("before_start_commit", group[0].template.name)
         if self._record is None:
-            await self._create(start, events)
+            await self._create(starts, events)
         else:
-            self._record = await self.runner.write(self._record, [start], events)
-        faults.point("after_start_commit", planned.template.name)
+            self._record = await self.runner.write(self._record, starts, events)
+        faults.point("after_start_commit", group[0].template.name)
         if self._record is not None and self._record.stop:
             raise await self.runner.cancelled(self._record, None)
 
-    async def _create(self, start: StepWrite, events: list[Event]) -> None:
+    async def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
         record = self._new_record()
-        change = engine.commit(record, [start], [Event("saga_started"), *events])
+        change = engine.commit(record, starts, [Event("saga_started"), *events])
         ttl = self.coordinator.lease_ttl
         stored, created = await asyncio.to_thread(self.store.create, record, change, ttl)
         if not created:
@@ -107,8 +126,7 @@ class AsyncSagaScope(ScopeCore):
         name = planned.template.name
         cursor = Cursor(self._record)
 
-        def action(_context: Any) -> Any:
-            return fn(*args, **kwargs)
+        action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out
 
         try:
             result = await self.runner.attempts(

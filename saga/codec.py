@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from saga.errors import PayloadError
@@ -59,7 +59,11 @@ def encode(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Enco
         nul_path = _find_nul(value, path)
         if nul_path is not None:
             raise PayloadError(nul_path, "contains a NUL byte, which cannot be stored; remove it")
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no database can store it
+        bad = _find_nul(value, path, _unencodable) or path
+        raise PayloadError(bad, "contains a lone surrogate, which is not valid Unicode") from None
     if size > limit:
         raise PayloadError(
             path,
@@ -67,6 +71,27 @@ def encode(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Enco
             "store large data elsewhere and pass a reference",
         )
     return Encoded(text, digest(text))
+
+
+MAX_NAME_BYTES = 500
+MAX_KEY_BYTES = 2000
+"""Longest saga or step name, and longest idempotency key, in UTF-8 bytes. A saga's
+name and key form one entry of a unique index, and a PostgreSQL index entry holds at
+most 2704 bytes; the limits are the same on every backend."""
+
+
+def check_name(value: object, what: str, limit: int = MAX_NAME_BYTES) -> None:
+    """Refuse a name or key that no backend could store and index (``PayloadError``)."""
+    if not isinstance(value, str):
+        raise PayloadError(what, f"must be a string, not {type(value).__name__}")
+    if "\x00" in value:
+        raise PayloadError(what, "contains a NUL byte, which cannot be stored; remove it")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise PayloadError(what, "contains a lone surrogate, which is not valid Unicode") from None
+    if size > limit:
+        raise PayloadError(what, f"is {size} bytes in UTF-8, over the limit of {limit} bytes")
 
 
 def digest(text: str) -> str:
@@ -106,15 +131,28 @@ def _find_problem(value: object, path: str) -> tuple[str, str]:
     return path, f"a {kind} is not JSON-serialisable; pass JSON values, a dataclass or a model"
 
 
-def _find_nul(value: object, path: str) -> str | None:
+def _has_nul(text: str) -> bool:
+    return "\x00" in text
+
+
+def _unencodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _find_nul(value: object, path: str, bad: Callable[[str], bool] = _has_nul) -> str | None:
+    """The path of the first string (value or key) that is ``bad``: has a NUL byte, by default."""
     if isinstance(value, str):
-        return path if "\x00" in value else None
+        return path if bad(value) else None
     if isinstance(value, Mapping):
         for key in value:
-            if isinstance(key, str) and "\x00" in key:
+            if isinstance(key, str) and bad(key):
                 return f"{path}[{key!r}]"
     for suffix, child in _children(value):
-        found = _find_nul(child, path + suffix)
+        found = _find_nul(child, path + suffix, bad)
         if found is not None:
             return found
     return None

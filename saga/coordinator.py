@@ -254,6 +254,7 @@ class Coordinator:
         return self._unwind(record, saga)
 
     def _saga_for(self, record: SagaRecord) -> Saga | None:
+        view_of(record)  # CorruptRecordError before anything acts on a row with unreadable JSON
         if record.kind == "imperative":
             return None
         return operations.checked(self._definition(record.name), record)

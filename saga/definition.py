@@ -9,7 +9,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal, overload
 
-from saga.errors import DefinitionError
+from saga.codec import check_name
+from saga.errors import DefinitionError, PayloadError
 from saga.policy import (
     DEFAULT_COMPENSATION_RETRY,
     DEFAULT_RETRIABLE_RETRY,
@@ -130,7 +131,9 @@ class Saga:
         """Declare a step; it runs after the step declared before it unless ``after=``."""
         if pivot and retriable:
             raise DefinitionError(f"saga {self.name!r}: a step cannot be both pivot and retriable")
-        kind = StepKind.PIVOT if pivot else StepKind.RETRIABLE if retriable else StepKind.COMPENSATABLE
+        kind = (
+            StepKind.PIVOT if pivot else StepKind.RETRIABLE if retriable else StepKind.COMPENSATABLE
+        )
         default_retry = DEFAULT_RETRIABLE_RETRY if retriable else DEFAULT_STEP_RETRY
 
         def declare(action: StepFn) -> Step:
@@ -173,8 +176,14 @@ class Saga:
         return deps
 
     def validate(self) -> None:
-        """Refuse duplicates, unknown dependencies, cycles and misused step kinds."""
+        """Refuse duplicates, unknown dependencies, cycles, misused step kinds and names
+        no backend can store (a NUL byte, too long)."""
         seen: set[str] = set()
+        for what, name in [("saga name", self.name)] + [("step name", s.name) for s in self.steps]:
+            try:
+                check_name(name, what)
+            except PayloadError as error:
+                raise DefinitionError(f"saga {self.name!r}: {error}") from None
         for step in self.steps:
             if step.name in seen:
                 raise DefinitionError(f"saga {self.name!r}: two steps are named {step.name!r}")
@@ -207,7 +216,8 @@ class Saga:
         ordered: list[Step] = []
         while len(ordered) < len(self.steps):
             ready = [
-                s for s in self.steps
+                s
+                for s in self.steps
                 if s.name not in done and all(d in done for d in deps.get(s.name, ()))
             ]
             if not ready:  # unknown dependency: validate() reports it

@@ -17,7 +17,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
-from saga import engine
+from saga import engine, faults
 from saga.codec import decode, encode
 from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, PayloadError
@@ -127,7 +127,10 @@ class FanOut:
         events = [*self.carried_events]
         for write in starts:
             events.extend(engine.started_event(write))
+        first = steps[0].name if steps else None
+        faults.point("before_start_commit", first)
         self.record = self.runner.write(self.record, [*self.carried, *starts], events)
+        faults.point("after_start_commit", first)
         self.carried, self.carried_events = [], []
         if self.record.stop and not engine.pivot_may_have_acted(before):
             self.cancelled = True  # nothing new starts; in-flight steps finish first
@@ -202,9 +205,7 @@ class FanOut:
         turn = engine.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
         writes, events = [*self.carried, write], [*self.carried_events, event, turn]
         self.carried, self.carried_events = [], []
-        self.record = self.runner.write(
-            self.record, writes, events, SagaStatus.COMPENSATING, text
-        )
+        self.record = self.runner.write(self.record, writes, events, SagaStatus.COMPENSATING, text)
         self.turned = True
 
     def _flush(self) -> None:

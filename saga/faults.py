@@ -8,6 +8,24 @@ exactly as a power cut or an OOM kill would stop it.
 
 ``SAGA_FAULTS`` is a comma-separated list of ``point``, ``point:step`` or
 ``point:step#n`` (the n-th time that point is reached for that step).
+
+The points (sync and async drivers alike; ``step`` is None for saga-wide ones):
+
+=====================  =========================================================
+before_start_commit    a step's start is about to commit (for a saga's first
+                       step: the saga's creation, which records that start)
+after_start_commit     that commit is durable; the action has not run
+after_action           the action returned; its success is not yet durable
+after_success_commit   context-manager sagas: the step's success is durable
+                       (declarative sagas commit it with the next start)
+before_unwind          the saga turned compensating; no compensation ran yet
+before_undo            a compensation attempt is about to be recorded
+after_undo             the compensation returned; not yet recorded as done
+after_undo_commit      the step is durably compensated
+before_final_commit    the final status (completed / compensated / cancelled)
+                       is about to commit
+after_final_commit     the final status is durable
+=====================  =========================================================
 """
 
 from __future__ import annotations

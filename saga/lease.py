@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from saga.errors import LeaseLostError, StorageError
 from saga.ports import SagaStore
 
 _log = logging.getLogger("saga")
+OnStop = Callable[[], None]
 
 
 class Heartbeat:
@@ -18,29 +19,31 @@ class Heartbeat:
 
     Every commit renews the lease too; the heartbeat matters for long steps.
     A renewal that finds the epoch moved on stops renewing that saga; the
-    executor notices at its next (fenced) write.
+    executor notices at its next (fenced) write. A renewal that finds a
+    cancel request or a passed deadline calls the holder's ``on_stop`` (from
+    the heartbeat thread): the async driver uses it to cancel a long step.
     """
 
     def __init__(self, store: SagaStore, lease_ttl: float) -> None:
         self.store = store
         self.lease_ttl = lease_ttl
-        self._held: dict[str, int] = {}
+        self._held: dict[str, tuple[int, OnStop | None]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
 
     @contextlib.contextmanager
-    def holding(self, saga_id: str, epoch: int) -> Iterator[None]:
+    def holding(self, saga_id: str, epoch: int, on_stop: OnStop | None = None) -> Iterator[None]:
         """Keep ``saga_id``'s lease alive while the block runs."""
         with self._lock:
-            self._held[saga_id] = epoch
+            self._held[saga_id] = (epoch, on_stop)
             self._start()
         try:
             yield
         finally:
             with self._lock:
-                if self._held.get(saga_id) == epoch:
+                if self._held.get(saga_id, (None, None))[0] == epoch:
                     del self._held[saga_id]
 
     def _start(self) -> None:
@@ -61,16 +64,20 @@ class Heartbeat:
         while not self._wake.wait(self.lease_ttl / 3):
             with self._lock:
                 held = list(self._held.items())
-            for saga_id, epoch in held:
-                self._renew(saga_id, epoch)
+            for saga_id, (epoch, on_stop) in held:
+                self._renew(saga_id, epoch, on_stop)
         self._wake.clear()
 
-    def _renew(self, saga_id: str, epoch: int) -> None:
+    def _renew(self, saga_id: str, epoch: int, on_stop: OnStop | None) -> None:
         try:
-            self.store.renew(saga_id, epoch, self.lease_ttl)
+            stop = self.store.renew(saga_id, epoch, self.lease_ttl)
+            if stop and on_stop is not None:
+                on_stop()
         except LeaseLostError:
             with self._lock:
                 self._held.pop(saga_id, None)
             _log.warning("saga %s: lease lost to another process (epoch %s)", saga_id, epoch)
         except StorageError as error:
             _log.warning("saga %s: lease renewal failed: %s", saga_id, error)
+        except RuntimeError as error:  # on_stop: the holder's event loop is closed
+            _log.warning("saga %s: could not signal the stop: %s", saga_id, error)

@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Literal
 
 from saga import engine
+from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
 from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError, SagaFailed
 from saga.ports import Commit, Event, SagaRecord, StepWrite
@@ -44,6 +45,8 @@ def new_saga(
     ``deadline`` (else the definition's) bounds the saga's duration, counted
     from its creation by the database clock.
     """
+    if key is not None:  # refused on every backend alike, before any write
+        check_name(key, "key", MAX_KEY_BYTES)
     record = SagaRecord(
         id=str(uuid.uuid4()),
         name=saga.name,
@@ -139,6 +142,12 @@ def refuse_compensate(record: SagaRecord) -> None:
         raise OperationRefusedError(
             record.id, f"saga {record.id} passed its pivot step; it can only go forward"
         )
+    if engine.pivot_may_have_acted(record) and record.status is SagaStatus.RUNNING:
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} started its pivot step and never learnt how it ended; "
+            "resume it (the pivot runs again and tells) instead of compensating",
+        )
 
 
 def refuse_resume(record: SagaRecord) -> None:
@@ -164,6 +173,11 @@ def refuse_cancel(record: SagaRecord) -> None:
         raise OperationRefusedError(
             record.id, f"saga {record.id} passed its pivot step; it can only go forward"
         )
+
+
+def lease_live(record: SagaRecord, now: float) -> bool:
+    """Whether an owner holds the saga's lease at ``now`` (the database clock)."""
+    return record.owner is not None and (record.lease_expires_at or 0.0) > now
 
 
 def claimed(why: str) -> Event:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,9 +31,18 @@ def reference_of(fn: object, role: str) -> str:
             "another process can run them: pass a module-level function"
         )
     assert inspect.isfunction(fn)
-    ref = f"{fn.__module__}:{fn.__qualname__}"
+    ref = f"{_module_of(fn)}:{fn.__qualname__}"
     _known[ref] = fn
     return ref
+
+
+def _module_of(fn: Any) -> str:
+    """The name another process imports ``fn``'s module by (``python -m pkg.mod`` runs
+    ``pkg.mod`` as ``__main__``, a name that means another module everywhere else)."""
+    if fn.__module__ != "__main__":
+        return str(fn.__module__)
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name if spec is not None and spec.name else "__main__"
 
 
 def _unimportable(fn: object) -> str | None:
@@ -46,6 +56,8 @@ def _unimportable(fn: object) -> str | None:
         return "is a lambda"
     if "<locals>" in fn.__qualname__:
         return "is a closure or nested function"
+    if _module_of(fn) == "__main__":
+        return "is defined in the __main__ script, which no other process can import"
     if _lookup(fn.__module__, fn.__qualname__) is not fn:
         return f"cannot be found again as {fn.__module__}:{fn.__qualname__}"
     return None

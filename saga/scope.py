@@ -3,7 +3,8 @@
 Each ``s.step`` stores the import paths of its function and compensation and
 its JSON arguments, so that any process can compensate the saga. Re-entering
 the block with the same key continues the same saga: steps already done
-return their recorded results without running again.
+return their recorded results without running again. ``s.parallel(s.call(...),
+...)`` runs several steps at once (see ``saga/parallel.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from saga import engine, faults
-from saga.codec import decode, encode
+from saga.codec import MAX_KEY_BYTES, check_name, decode, encode
 from saga.engine import Cursor
 from saga.errors import (
     INFRASTRUCTURE_ERRORS,
@@ -30,6 +31,7 @@ from saga.status import SagaStatus, StepKind, StepStatus
 
 if TYPE_CHECKING:
     from saga.coordinator import Coordinator
+    from saga.parallel import StepCall
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,6 +54,9 @@ class ScopeCore:
         key: str | None,
         deadline: float | None = None,
     ) -> None:
+        check_name(name, "saga name")  # refused on every backend alike, before any write
+        if key is not None:
+            check_name(key, "key", MAX_KEY_BYTES)
         self.owner = owner
         self.deadline = deadline
         self.payload_limit = payload_limit
@@ -77,7 +82,8 @@ class ScopeCore:
         return {} if self._record is None else results_of(self._record)
 
     def _continues(self, existing: SagaRecord | None) -> bool:
-        """Take over what an earlier run with this key recorded; True if it must be claimed."""
+        """Take over what an earlier run with this key recorded; True if it must be claimed
+        (to continue it, or, if a crash interrupted its unwinding, to finish that)."""
         if existing is None:
             return False
         self.id = existing.id
@@ -88,9 +94,9 @@ class ScopeCore:
         if existing.status is SagaStatus.COMPLETED:
             self._record = existing
             return False
-        if existing.status is not SagaStatus.RUNNING:
+        if existing.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
             raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
-        return True
+        return True  # running: continue it; compensating (a crash mid-unwind): finish that
 
     def _plan(
         self,
@@ -106,13 +112,14 @@ class ScopeCore:
         action_ref = reference_of(fn, "step function")
         undo_ref = None if compensate is None else reference_of(compensate, "compensation")
         name = self._next_name(step_name or fn.__name__)
+        check_name(name, "step name")
         arguments = encode(
             {"args": list(args), "kwargs": kwargs},
             f"arguments of step {name!r}",
             self.payload_limit,
         )
         self._calls += 1
-        recorded = self._replayed(self._calls, name, arguments.digest)
+        recorded = self._replayed(self._calls, name, arguments.digest, action_ref)
         if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
             self._result = decode(recorded.result)
             return None
@@ -153,9 +160,30 @@ class ScopeCore:
             deadline=self.deadline,
         )
 
-    def _start_writes(self, planned: PlannedStep) -> tuple[StepWrite, list[Event]]:
-        start = engine.start(self._record, planned.template, planned.attempt)
-        return start, list(engine.started_event(start))
+    def _start_writes(self, *group: PlannedStep) -> tuple[list[StepWrite], list[Event]]:
+        starts: list[StepWrite] = []
+        events: list[Event] = []
+        for planned in group:
+            start = engine.start(self._record, planned.template, planned.attempt)
+            starts.append(start)
+            events.extend(engine.started_event(start))
+        return starts, events
+
+    def call(
+        self,
+        fn: Any,
+        *args: Any,
+        compensate: Any = None,
+        transactional: bool = False,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        step_name: str | None = None,
+        **kwargs: Any,
+    ) -> StepCall:
+        """A step for :meth:`parallel`, with the arguments ``step`` takes; runs nothing."""
+        from saga.parallel import StepCall
+
+        return StepCall(fn, args, kwargs, compensate, transactional, retry, timeout, step_name)
 
     def _unwinds(self, error: BaseException | None) -> bool:
         """Whether leaving the block must unwind the saga."""
@@ -181,18 +209,21 @@ class ScopeCore:
         count = self._names[base]
         return base if count == 1 else f"{base}#{count}"
 
-    def _replayed(self, seq: int, name: str, input_digest: str) -> StepRecord | None:
+    def _replayed(
+        self, seq: int, name: str, input_digest: str, action_ref: str
+    ) -> StepRecord | None:
         """The recorded step this call continues, checked to be the same call."""
         if self._record is None:
             return None
         recorded = next((s for s in self._record.steps if s.seq == seq), None)
         if recorded is None:
             return None
-        if recorded.name != name or recorded.input_digest != input_digest:
+        call = (recorded.name, recorded.input_digest, recorded.action_ref)
+        if call != (name, input_digest, action_ref):
             raise DefinitionError(
-                f"saga {self.id}: call {seq} is {name!r} with these arguments, but the saga "
-                f"recorded {recorded.name!r} with others; the block must make the same calls "
-                "in the same order when it is re-entered"
+                f"saga {self.id}: call {seq} is {name!r} ({action_ref}) with these arguments, "
+                f"but the saga recorded {recorded.name!r} ({recorded.action_ref}) with others; "
+                "the block must make the same calls in the same order when it is re-entered"
             )
         return recorded
 
@@ -231,8 +262,18 @@ class SagaScope(ScopeCore):
             claim = Event("lease_claimed", detail={"why": "re-entered"})
             store, coordinator = self.coordinator.store, self.coordinator
             self._record = store.claim(existing.id, coordinator.owner, coordinator.lease_ttl, claim)
+            if self._record.status is SagaStatus.COMPENSATING:
+                raise self._finish_unwinding(self._record)
             self._hold()
         return self
+
+    def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
+        """Finish compensating a saga a crash left compensating; return what to raise."""
+        try:
+            view = self.coordinator._unwind(record, None)
+        except SagaFailed as failure:
+            return failure
+        return SagaFailed(view.id, view.status, engine.failed_step(record))
 
     def step(
         self,
@@ -257,21 +298,32 @@ class SagaScope(ScopeCore):
         self._begin(planned)
         return self._run(planned, timeout, fn, args, kwargs)
 
-    def _begin(self, planned: PlannedStep) -> None:
-        """Make the start of the step durable (creating the saga with its first step)."""
-        start, events = self._start_writes(planned)
-        faults.point("before_start_commit", planned.template.name)
+    def parallel(self, *calls: StepCall) -> list[Any]:
+        """Run ``s.call(...)`` steps at once, in threads; their results, in order.
+
+        Every start is durable before any of them runs. If one fails, the
+        others are waited for, everything that may have acted is compensated
+        (newest first by completion) and the first error is raised.
+        """
+        from saga.parallel import run_group
+
+        return run_group(self, calls)
+
+    def _begin(self, *group: PlannedStep) -> None:
+        """Make the start of the step(s) durable (creating the saga with the first ones)."""
+        starts, events = self._start_writes(*group)
+        faults.point("before_start_commit", group[0].template.name)
         if self._record is None:
-            self._create(start, events)
+            self._create(starts, events)
         else:
-            self._record = self.runner.write(self._record, [start], events)
-        faults.point("after_start_commit", planned.template.name)
+            self._record = self.runner.write(self._record, starts, events)
+        faults.point("after_start_commit", group[0].template.name)
         if self._record is not None and self._record.stop:
             raise self.runner.cancelled(self._record, None)
 
-    def _create(self, start: StepWrite, events: list[Event]) -> None:
+    def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
         record = self._new_record()
-        change = engine.commit(record, [start], [Event("saga_started"), *events])
+        change = engine.commit(record, starts, [Event("saga_started"), *events])
         ttl = self.coordinator.lease_ttl
         stored, created = self.coordinator.store.create(record, change, ttl)
         if not created:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from saga.errors import ConfigurationError
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import SagaStore
+
+if TYPE_CHECKING:
+    from saga.aio_runner import ThreadedAsyncStore
 
 DEFAULT_URL = "sqlite:///saga.db"
 _log = logging.getLogger("saga")
@@ -42,3 +46,17 @@ def open_store(url: str | None = None, retry: RetryPolicy = STORE_RETRY) -> Saga
     raise ConfigurationError(
         f"unknown database URL scheme {scheme!r}; use postgresql+psycopg://... or sqlite:///FILE"
     )
+
+
+def async_store(store: SagaStore) -> ThreadedAsyncStore:
+    """The async form of ``store``: native async statements for PostgreSQL's hot path
+    (creations and commits), the sync store in worker threads for everything else."""
+    from saga.aio_runner import ThreadedAsyncStore
+
+    if getattr(getattr(store, "dialect", None), "name", None) == "postgresql":
+        from saga.adapters.sql.pg_async import PostgresAsyncStore
+        from saga.adapters.sql.store import SqlSagaStore
+
+        if isinstance(store, SqlSagaStore) and store.hot is not None:
+            return PostgresAsyncStore(store)
+    return ThreadedAsyncStore(store)

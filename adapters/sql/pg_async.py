@@ -1,0 +1,175 @@
+"""PostgreSQL for the async driver: the hot path on psycopg's async connections.
+
+A saga's commits (its creation, then about one per step) are nearly all an
+async application waits for. Here they go from the event loop straight to
+the server, as the very statements :mod:`.pg_writer` builds for the sync
+store, on ``psycopg.AsyncConnection``s in autocommit mode: no worker thread,
+no thread hand-over per commit. Everything else (loading, claiming, listing,
+the check after a lost acknowledgement) is rare and keeps the sync store in
+a worker thread, as on SQLite (see docs/async.md for the measurements).
+
+The retry and fencing rules are the sync store's: a lost connection is
+``StorageUnavailableError``, retried under the store's policy, and a retry
+first asks whether the earlier try committed (the commit token); a fence
+that matched no row is ``LeaseLostError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+
+from saga.aio_runner import ThreadedAsyncStore
+from saga.errors import LeaseLostError, StorageError, StorageUnavailableError
+from saga.ports import Commit, SagaRecord
+
+from .pg_writer import commit_sql, create_sql
+from .store import SqlSagaStore
+
+T = TypeVar("T")
+POOL_SIZE = 10
+"""Connections per event loop; more concurrent commits wait for one to be free."""
+
+
+class _Pool:
+    """Autocommit async connections made on one event loop, at most ``size`` in use."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self.conninfo = conninfo
+        self.loop = asyncio.get_running_loop()
+        self.idle: list[psycopg.AsyncConnection[Any]] = []
+        self.slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self.slots:
+            connection = self.idle.pop() if self.idle else await self._connect()
+            try:
+                yield connection
+            except BaseException:  # broken, or interrupted mid-statement: never reused
+                await _close(connection)
+                raise
+            self.idle.append(connection)
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.conninfo, autocommit=True, connect_timeout=5
+            )
+        except psycopg.Error as error:  # no connection to be had: server down, no database
+            raise StorageUnavailableError(_first_line(error)) from error
+
+    async def close(self) -> None:
+        idle, self.idle = self.idle, []
+        for connection in idle:
+            await _close(connection)
+
+    def abandon(self) -> None:
+        """Close the connections of a loop that is gone (no await possible there)."""
+        idle, self.idle = self.idle, []
+        for connection in idle:
+            connection.pgconn.finish()
+
+
+async def _close(connection: psycopg.AsyncConnection[Any]) -> None:
+    with contextlib.suppress(psycopg.Error, OSError):
+        await connection.close()
+
+
+class PostgresAsyncStore(ThreadedAsyncStore):
+    """``ThreadedAsyncStore`` whose creations and commits are native async statements."""
+
+    def __init__(self, store: SqlSagaStore, pool_size: int = POOL_SIZE) -> None:
+        super().__init__(store)
+        self.store = store
+        url = store.engine.url.set(drivername="postgresql")
+        self.conninfo = url.render_as_string(hide_password=False)
+        self.pool_size = pool_size
+        self._pool: _Pool | None = None
+
+    async def create(
+        self, saga: SagaRecord, first: Commit, lease_ttl: float
+    ) -> tuple[SagaRecord, bool]:
+        statement, params = create_sql(saga, first, lease_ttl)
+
+        async def once() -> tuple[SagaRecord, bool]:
+            await self._schema()
+            if await self._execute(statement, params) is not None:
+                return saga, True
+            # A clash on (name, key), or our own insert whose acknowledgement was lost.
+            store = self.store
+            return await asyncio.to_thread(store._once, lambda c: store._clash(c, saga))
+
+        return await self._retried(once)
+
+    async def commit(self, change: Commit, lease_ttl: float) -> bool:
+        del lease_ttl  # leases are renewed by the heartbeat, not by commits
+        statement, params = commit_sql(change)
+        tries = 0
+
+        async def once() -> bool:
+            nonlocal tries
+            tries += 1
+            if tries > 1:  # the last try may have committed before its connection dropped
+                store = self.store
+                landed = await asyncio.to_thread(store._once, lambda c: store._landed(c, change))
+                if landed is not None:
+                    return landed
+            await self._schema()
+            row = await self._execute(statement, params)
+            if row is None:
+                raise LeaseLostError(change.saga_id, change.epoch)
+            return bool(row[0])
+
+        return await self._retried(once)
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _schema(self) -> None:
+        if not self.store._schema_ready:
+            await asyncio.to_thread(self.store._ensure_schema)
+
+    async def _execute(self, statement: str, params: dict[str, Any]) -> Any:
+        """Run one statement; its first row (or None). Driver errors become saga's."""
+        async with self._here().connection() as connection:
+            try:
+                cursor = await connection.execute(statement, params)
+                return await cursor.fetchone()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+                raise StorageUnavailableError(_first_line(error)) from error
+            except psycopg.Error as error:
+                raise StorageError(_first_line(error)) from error
+
+    def _here(self) -> _Pool:
+        """The pool of the running event loop (a coordinator may outlive a loop)."""
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool.loop is not loop:
+            if self._pool is not None:
+                self._pool.abandon()
+            self._pool = _Pool(self.conninfo, self.pool_size)
+        return self._pool
+
+    async def _retried(self, work: Callable[[], Awaitable[T]]) -> T:
+        """``await work()``; while the database is unreachable, retried with backoff."""
+        try:  # the common case pays nothing for the retry machinery
+            return await work()
+        except StorageUnavailableError:
+            pass
+        async for attempt in self.store.retry.async_retrying(attempts_used=1):
+            with attempt:
+                return await work()
+        raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

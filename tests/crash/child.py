@@ -1,0 +1,378 @@
+"""Crash-test child processes: run a saga until a fault point kills it, or recover sagas.
+
+Run from the repository root (the parent sets cwd and ``PYTHONPATH``)::
+
+    python -m tests.crash.child run CASE_JSON      # SAGA_FAULTS names where to die
+    python -m tests.crash.child recover URL [--go FILE] [--lease S] [--timeout S]
+    python -m tests.crash.child serve              # fork server, one CASE_JSON per line
+
+``run`` runs one saga (a :class:`Case`: declarative or context-manager, 1 to 5
+steps, with or without a pivot, going forward or with a step that fails) on
+a short lease; ``saga.faults`` SIGKILLs the process at the point
+``SAGA_FAULTS`` names. ``recover`` calls ``coord.recover()`` until nothing
+is running or compensating. ``serve`` imports everything once and then forks
+one process per case it reads on stdin (with ``SAGA_FAULTS`` set to the
+case's faults in the fork), replying with how that process ended: the same
+real process and real SIGKILL as ``run``, without paying the ~0.5 s import
+of SQLAlchemy for each of several hundred cases.
+
+Every step appends its calls to the effect ledger (:mod:`tests.crash.ledger`),
+whose path travels in the saga's input (declarative) or the step arguments
+(context manager), so whichever process runs a step or its compensation
+records it in the same place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Literal, NoReturn
+
+from saga import (
+    Coordinator,
+    RecoveryOutcome,
+    Saga,
+    SagaFailed,
+    SagaStatus,
+    StepContext,
+    current_step,
+    faults,
+)
+from tests.crash import ledger
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository root: the children's working directory and ``PYTHONPATH``."""
+
+LEASE_TTL = 0.1
+"""The crashing child's lease (s): recovery can claim its sagas this long after it dies."""
+
+RECOVERY_LEASE_TTL = 10.0
+"""Recoverers' lease (s): long, so that a slow recoverer never loses a saga to another."""
+
+MODULE = __spec__.name if __spec__ is not None else __name__
+"""This module's importable name, also when it runs as ``__main__`` (``python -m``)."""
+
+HANG_SECONDS = 60.0
+SIZES = (1, 2, 3, 5)
+Style = Literal["declarative", "context"]
+OnCrash = Literal["resume", "compensate"]
+
+
+class StepFailure(Exception):
+    """A step's business failure: never retried, so the saga unwinds."""
+
+
+def pivot_of(steps: int) -> int:
+    """Where the pivot sits in a saga of ``steps`` steps: 1 of 1, 2 of 2, 2 of 3, 3 of 5."""
+    return steps // 2 + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One saga to run: its shape, how it misbehaves, where its process dies."""
+
+    style: Style
+    steps: int
+    pivot: bool = False
+    fail: int | None = None  # this step raises StepFailure on every attempt
+    on_crash: OnCrash = "resume"
+    faults: str = ""  # SAGA_FAULTS for the process that runs it
+    kill: int | None = None  # this step SIGKILLs its process on every attempt
+    hang: int | None = None  # this step's first attempt blocks until its process is killed
+    kill_undo: int | None = None  # this step's compensation SIGKILLs its process every time
+    flaky: int | None = None  # this step's first attempt acts, then raises ConnectionError
+    pause: float = 0.0  # every action and compensation sleeps this long first (random kills)
+    url: str = ""
+    ledger: str = ""
+    key: str = "case"
+
+    @property
+    def saga_name(self) -> str:
+        if self.style == "context":
+            return f"crash-cm-{self.steps}"
+        return declarative_name(self.steps, self.pivot, self.on_crash)
+
+    @property
+    def pivot_step(self) -> int | None:
+        return pivot_of(self.steps) if self.pivot else None
+
+    def kind_of(self, step: int) -> str:
+        """``compensatable``, ``pivot`` or ``retriable``."""
+        pivot = self.pivot_step
+        if pivot is None or step < pivot:
+            return "compensatable"
+        return "pivot" if step == pivot else "retriable"
+
+    def behaviour(self) -> dict[str, Any]:
+        """What the steps read to know how to behave (saga input / step argument)."""
+        fail = None if self.fail is None else f"s{self.fail}"
+        return {
+            "ledger": self.ledger,
+            "fail": fail,
+            # A failing compensatable step acts before it raises (a timeout after the
+            # remote side committed); a pivot that raises never acted.
+            "fail_effect": self.fail is not None and self.kind_of(self.fail) == "compensatable",
+            "kill": None if self.kill is None else f"s{self.kill}",
+            "hang": None if self.hang is None else f"s{self.hang}",
+            "kill_undo": None if self.kill_undo is None else f"s{self.kill_undo}",
+            "flaky": None if self.flaky is None else f"s{self.flaky}",
+            "pause": self.pause,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        return cls(**json.loads(text))
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+def effect(how: dict[str, Any], saga_id: str, step: str, key: str, attempt: int, epoch: int) -> Any:
+    """A step's action: record the call, apply the effect (idempotently), misbehave if told."""
+    path = how["ledger"]
+    time.sleep(how.get("pause", 0.0))
+    if how.get("hang") == step and attempt == 1:
+        ledger.attempted(path, saga_id, step, attempt, epoch)
+        time.sleep(HANG_SECONDS)
+    if how.get("fail") == step and not how.get("fail_effect"):
+        ledger.attempted(path, saga_id, step, attempt, epoch)
+        raise StepFailure(f"{step} failed before acting")
+    ledger.do(path, saga_id, step, key, attempt, epoch)
+    if how.get("fail") == step:
+        raise StepFailure(f"{step} failed after acting")
+    if how.get("flaky") == step and attempt == 1:  # the reply was lost: retried in-process
+        raise ConnectionError(f"{step}: connection reset after acting")
+    if how.get("kill") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"step": step, "key": key}
+
+
+def declared_action(ctx: StepContext) -> Any:
+    return effect(ctx.data, ctx.saga_id, ctx.step, ctx.idempotency_key, ctx.attempt, ctx.epoch)
+
+
+def reverse(how: dict[str, Any], saga_id: str, step: str, attempt: int, epoch: int) -> None:
+    """A step's compensation: remove the effect if present, record the call."""
+    time.sleep(how.get("pause", 0.0))
+    ledger.undo(how["ledger"], saga_id, step, attempt, epoch)
+    if how.get("kill_undo") == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def declared_undo(ctx: StepContext) -> None:
+    reverse(ctx.data, ctx.saga_id, ctx.step, ctx.attempt, ctx.epoch)
+
+
+def cm_action(how: dict[str, Any]) -> Any:
+    """A context-manager step (``s.step(cm_action, how, compensate=cm_undo)``)."""
+    ctx = current_step()
+    return effect(how, ctx.saga_id, ctx.step, ctx.idempotency_key, ctx.attempt, ctx.epoch)
+
+
+def cm_undo(result: Any, how: dict[str, Any]) -> None:
+    ctx = current_step()
+    reverse(how, ctx.saga_id, ctx.step, ctx.attempt, ctx.epoch)
+
+
+# -- the sagas ----------------------------------------------------------------------------------
+
+
+def declarative_name(steps: int, pivot: bool, on_crash: OnCrash) -> str:
+    return f"crash-{steps}" + ("-pivot" if pivot else "") + ("-oc" if on_crash != "resume" else "")
+
+
+def _declare(steps: int, pivot: bool, on_crash: OnCrash) -> Saga:
+    shape = Case("declarative", steps, pivot=pivot, on_crash=on_crash)
+    saga = Saga(declarative_name(steps, pivot, on_crash), on_crash=on_crash)
+    for number in range(1, steps + 1):
+        kind = shape.kind_of(number)
+        step = saga.step(name=f"s{number}", pivot=kind == "pivot", retriable=kind == "retriable")(
+            declared_action
+        )
+        if kind == "compensatable":
+            step.compensation(declared_undo)
+    return saga
+
+
+SAGAS: dict[str, Saga] = {
+    saga.name: saga
+    for saga in (
+        _declare(steps, pivot, on_crash)
+        for steps in SIZES
+        for pivot in (False, True)
+        for on_crash in ("resume", "compensate")
+    )
+}
+
+
+def run_case(coord: Coordinator, case: Case) -> SagaStatus | None:
+    """Run ``case``'s saga in this process; its final status (``None``: nothing recorded)."""
+    try:
+        if case.style == "declarative":
+            return coord.run(SAGAS[case.saga_name], data=case.behaviour(), key=case.key).status
+        return _run_block(coord, case)
+    except SagaFailed as failure:
+        return failure.status
+
+
+def _run_block(coord: Coordinator, case: Case) -> SagaStatus | None:
+    how = case.behaviour()
+    with coord.saga(case.saga_name, key=case.key) as s:
+        for number in range(1, case.steps + 1):
+            s.step(cm_action, how, compensate=cm_undo, step_name=f"s{number}")
+    return s.status
+
+
+# -- recovery ------------------------------------------------------------------------------------
+
+_ACTIVE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+
+
+def recoverer(url: str, lease_ttl: float = RECOVERY_LEASE_TTL) -> Coordinator:
+    """A coordinator that may compensate this module's context-manager sagas."""
+    return Coordinator(url, lease_ttl=lease_ttl, trusted_modules=[MODULE])
+
+
+def recover_until_settled(coord: Coordinator, timeout: float = 60.0) -> list[RecoveryOutcome]:
+    """``coord.recover()`` until no saga is running or compensating (leases expire meanwhile)."""
+    deadline = time.monotonic() + timeout
+    outcomes: list[RecoveryOutcome] = []
+    while True:
+        outcomes.extend(coord.recover().outcomes)
+        if not coord.list(status=_ACTIVE, limit=1):
+            return outcomes
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"sagas still unfinished after {timeout:g}s of recovery")
+        time.sleep(0.02)
+
+
+# -- entry points --------------------------------------------------------------------------------
+
+
+def run_once(case: Case) -> SagaStatus | None:
+    with Coordinator(case.url, lease_ttl=LEASE_TTL) as coord:
+        return run_case(coord, case)
+
+
+def _recover(url: str, go: str | None, lease_ttl: float, timeout: float) -> None:
+    with recoverer(url, lease_ttl) as coord:
+        coord.create_schema()
+        if go is not None:
+            print("ready", flush=True)
+            _wait_for(Path(go), timeout)
+        outcomes = recover_until_settled(coord, timeout)
+        claimed = [
+            [o.saga_id, None if o.status is None else o.status.value, o.error] for o in outcomes
+        ]
+        print(json.dumps({"owner": coord.owner, "outcomes": claimed}), flush=True)
+
+
+def _wait_for(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.005)
+
+
+_HEAVY_IMPORTS = (
+    "saga.adapters.sql.sqlite",
+    "saga.adapters.sql.postgres",
+    "sqlalchemy.dialects.sqlite.pysqlite",
+    "sqlalchemy.dialects.postgresql.psycopg",
+)
+
+
+def serve() -> None:
+    """Fork one process per request read on stdin; reply with how it ended.
+
+    A request is one JSON line: ``argv`` (a ``run`` or ``recover`` command
+    line), ``faults`` (its ``SAGA_FAULTS``), ``log`` (a file for its output)
+    and optionally ``kill_after`` (seconds after which this server SIGKILLs
+    it, wherever it is). The reply is ``{"signal": ..., "code": ...}``.
+    """
+    for module in _HEAVY_IMPORTS:  # imported once here, not once per fork
+        importlib.import_module(module)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _forked(request["argv"], request["faults"], request["log"])
+        status = _wait(pid, request.get("kill_after"))
+        reply = {
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        }
+        print(json.dumps(reply), flush=True)
+
+
+def _wait(pid: int, kill_after: float | None) -> int:
+    """Wait for ``pid``; SIGKILL it first if it is still running after ``kill_after`` s."""
+    if kill_after is not None:
+        deadline = time.monotonic() + kill_after
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            time.sleep(0.001)
+        os.kill(pid, signal.SIGKILL)
+    return os.waitpid(pid, 0)[1]
+
+
+def _forked(argv: list[str], spec: str, log: str) -> NoReturn:
+    code = 1
+    try:
+        output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.environ["SAGA_FAULTS"] = spec
+        faults.disarm()
+        faults.arm(spec)
+        main(argv)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.crash.child")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run one case; SAGA_FAULTS says where to die")
+    run.add_argument("case", help="a Case as JSON")
+    recover = commands.add_parser("recover", help="recover until nothing is unfinished")
+    recover.add_argument("url")
+    recover.add_argument("--go", help="print 'ready', then wait for this file to exist")
+    recover.add_argument("--lease", type=float, default=RECOVERY_LEASE_TTL)
+    recover.add_argument("--timeout", type=float, default=60.0)
+    commands.add_parser("serve", help="fork server: one request JSON per stdin line")
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        status = run_once(Case.from_json(args.case))
+        print(json.dumps({"status": None if status is None else status.value}), flush=True)
+    elif args.command == "recover":
+        _recover(args.url, args.go, args.lease, args.timeout)
+    else:
+        serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""What must hold after any crash and recovery, checked against the store and the ledger.
+
+* every saga is terminal; none is left running or compensating;
+* completed: every step succeeded and its effect is applied, nothing was undone;
+* compensated / cancelled: no effect remains applied, every compensatable step is
+  compensated, nothing at or past a pivot was undone;
+* per step: the effect was applied at most once and undone at most once, and every
+  action call came before every compensation call;
+* compensations ran newest first; attempt numbers only grow and never exceed the
+  policy's ``max_attempts``; a call never ran under an older epoch than one before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from saga import SagaStatus, SagaView, StepStatus
+from saga.ports import EventRecord
+from tests.crash.ledger import Call, Ledger
+
+MAX_STEP_ATTEMPTS = 3  # saga's default RetryPolicy, which the crash sagas use
+MAX_UNDO_ATTEMPTS = 5  # the default compensation policy
+_UNWOUND = (SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
+
+
+def check_saga(
+    saga: SagaView,
+    book: Ledger,
+    steps: list[str],
+    kind_of: Callable[[str], str] = lambda _step: "compensatable",
+) -> None:
+    """Check one saga (declared with ``steps``, in order) against its calls in ``book``."""
+    where = f"saga {saga.id} ({saga.name}, {saga.status.value})"
+    assert saga.status.is_terminal, f"{where} is not terminal"
+    assert [s.name for s in saga.steps] == steps[: len(saga.steps)], f"{where}: steps out of order"
+    applied = {step for saga_id, step in book.applied if saga_id == saga.id}
+    if saga.status is SagaStatus.COMPLETED:
+        _check_completed(saga, book, steps, applied, where)
+    elif saga.status in _UNWOUND:
+        _check_unwound(saga, book, kind_of, applied, where)
+    for step in saga.steps:
+        _check_step_calls(book.of(saga.id, step.name), step.attempt, f"{where} step {step.name}")
+    _check_undo_order(saga, book, where)
+    epochs = [c.epoch for c in book.of(saga.id)]
+    assert epochs == sorted(epochs), f"{where}: a call ran under an older epoch: {epochs}"
+
+
+def _check_completed(
+    saga: SagaView, book: Ledger, steps: list[str], applied: set[str], where: str
+) -> None:
+    assert [s.status for s in saga.steps] == [StepStatus.SUCCEEDED] * len(steps), (
+        f"{where}: steps {[(s.name, s.status.value) for s in saga.steps]}"
+    )
+    assert applied == set(steps), f"{where}: applied {sorted(applied)}, expected all of {steps}"
+    assert not book.of(saga.id, kind="undo"), f"{where}: something was undone"
+
+
+def _check_unwound(
+    saga: SagaView, book: Ledger, kind_of: Callable[[str], str], applied: set[str], where: str
+) -> None:
+    assert not applied, f"{where}: effects left applied: {sorted(applied)}"
+    for step in saga.steps:
+        if kind_of(step.name) == "compensatable":
+            assert step.status is StepStatus.COMPENSATED, f"{where}: {step.name} {step.status}"
+        else:
+            assert not book.of(saga.id, step.name, "undo"), f"{where}: {step.name} was undone"
+            assert step.status is StepStatus.FAILED, f"{where}: {step.name} {step.status}"
+
+
+def _check_step_calls(calls: list[Call], recorded_attempt: int, where: str) -> None:
+    done = [c for c in calls if c.kind == "do"]
+    undone = [c for c in calls if c.kind == "undo"]
+    assert sum(c.effective for c in done) <= 1, f"{where}: applied more than once"
+    assert sum(c.effective for c in undone) <= 1, f"{where}: undone more than once"
+    if done and undone:
+        assert done[-1].id < undone[0].id, f"{where}: an action ran after its compensation"
+    _check_attempts([c.attempt for c in done], MAX_STEP_ATTEMPTS, f"{where} action")
+    _check_attempts([c.attempt for c in undone], MAX_UNDO_ATTEMPTS, f"{where} compensation")
+    assert recorded_attempt <= MAX_STEP_ATTEMPTS, f"{where}: attempt {recorded_attempt} recorded"
+    assert all(c.attempt <= recorded_attempt for c in done), (
+        f"{where}: an attempt ran that was never recorded (recorded {recorded_attempt})"
+    )
+
+
+def _check_attempts(attempts: list[int], limit: int, where: str) -> None:
+    assert attempts == sorted(set(attempts)), f"{where}: attempt numbers reused: {attempts}"
+    assert all(1 <= a <= limit for a in attempts), f"{where}: attempts {attempts} over {limit}"
+
+
+def _check_undo_order(saga: SagaView, book: Ledger, where: str) -> None:
+    seq = {s.name: s.seq for s in saga.steps}
+    order = [seq[c.step] for c in book.of(saga.id, kind="undo")]
+    assert order == sorted(order, reverse=True), f"{where}: undone out of order (seq {order})"
+
+
+def check_history(saga: SagaView, events: list[EventRecord]) -> None:
+    """The history agrees with the saga, as when each event commits with its change.
+
+    It ends with the saga's final status; epochs never go back; each step has
+    one ``step_started`` per attempt the store recorded (1..attempt) and one
+    ``compensation_started`` per compensation attempt, then one
+    ``compensation_done`` if it is compensated.
+    """
+    where = f"saga {saga.id} ({saga.name}, {saga.status.value}) history"
+    kinds = [e.kind for e in events]
+    assert kinds[:1] == ["saga_started"], f"{where}: {kinds}"
+    assert kinds[-1] == f"saga_{saga.status.value}", f"{where} ends {kinds[-1]}: {kinds}"
+    epochs = [e.epoch for e in events if e.epoch is not None]
+    assert epochs == sorted(epochs), f"{where}: epochs go back: {epochs}"
+    for step in saga.steps:
+        started = [e.attempt for e in events if e.kind == "step_started" and e.step == step.name]
+        assert started == list(range(1, step.attempt + 1)), f"{where} {step.name}: {started}"
+        undos = [
+            e.attempt for e in events if e.kind == "compensation_started" and e.step == step.name
+        ]
+        assert undos == list(range(1, step.compensation_attempt + 1)), (
+            f"{where} {step.name}: {undos}"
+        )
+        done = [e for e in events if e.kind == "compensation_done" and e.step == step.name]
+        assert len(done) == (step.status is StepStatus.COMPENSATED), f"{where} {step.name}: done"
