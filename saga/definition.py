@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import heapq
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, Literal, overload
 
@@ -23,6 +24,7 @@ StepFn = Callable[..., Any]
 OnCrash = Literal["resume", "compensate"]
 
 _catalog: dict[str, Saga] = {}
+_Plan = tuple[dict[str, tuple[str, ...]], list["Step"], str, dict[str, "Step"]]
 
 
 def defined_saga(name: str) -> Saga | None:
@@ -93,7 +95,7 @@ class Saga:
         self.max_concurrency = max_concurrency
         self.deadline = deadline
         self.steps: list[Step] = []
-        self._plan: tuple[dict[str, tuple[str, ...]], list[Step], str] | None = None
+        self._plan: _Plan | None = None
         _catalog[name] = self
 
     def __repr__(self) -> str:
@@ -156,12 +158,13 @@ class Saga:
         """Each step's prerequisites, with the implicit 'the step before' made explicit."""
         return self._planned()[0]
 
-    def _planned(self) -> tuple[dict[str, tuple[str, ...]], list[Step], str]:
+    def _planned(self) -> _Plan:
         # Computed once per shape: the engine asks for it at every step.
         if self._plan is None:
             deps = self._dependencies()
             order = self._order(deps) if not _find_cycle(deps) else list(self.steps)
-            self._plan = (deps, order, self._version(deps))
+            names = {step.name: step for step in reversed(self.steps)}  # first one wins
+            self._plan = (deps, order, self._version(deps), names)
         return self._plan
 
     def _dependencies(self) -> dict[str, tuple[str, ...]]:
@@ -212,18 +215,25 @@ class Saga:
         return self._planned()[1]
 
     def _order(self, deps: dict[str, tuple[str, ...]]) -> list[Step]:
-        done: set[str] = set()
+        # Kahn's algorithm; among ready steps the one declared first goes first.
+        position = {step.name: i for i, step in enumerate(self.steps)}
+        waiting = {name: len(set(before)) for name, before in deps.items()}
+        dependents: dict[str, list[str]] = {}
+        for name, before in deps.items():
+            for dep in set(before):
+                dependents.setdefault(dep, []).append(name)
+        ready = [position[name] for name, count in waiting.items() if count == 0]
+        heapq.heapify(ready)
         ordered: list[Step] = []
-        while len(ordered) < len(self.steps):
-            ready = [
-                s
-                for s in self.steps
-                if s.name not in done and all(d in done for d in deps.get(s.name, ()))
-            ]
-            if not ready:  # unknown dependency: validate() reports it
-                return list(self.steps)
-            ordered.append(ready[0])
-            done.add(ready[0].name)
+        while ready:
+            step = self.steps[heapq.heappop(ready)]
+            ordered.append(step)
+            for follower in dependents.get(step.name, ()):
+                waiting[follower] -= 1
+                if waiting[follower] == 0:
+                    heapq.heappush(ready, position[follower])
+        if len(ordered) < len(self.steps):  # unknown dependency: validate() reports it
+            return list(self.steps)
         return ordered
 
     @property
@@ -236,31 +246,34 @@ class Saga:
         return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
 
     def by_name(self, step_name: str) -> Step | None:
-        return next((s for s in self.steps if s.name == step_name), None)
+        return self._planned()[3].get(step_name)
 
 
 def _find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:
-    """A cycle as a path of step names (first name repeated at the end), or []."""
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
-    path: list[str] = []
+    """A cycle as a path of step names (first name repeated at the end), or [].
 
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for dep in deps.get(node, ()):
-            if state.get(dep) == 1:
+    Iterative depth-first search, so a saga of 10,000 chained steps does not
+    exhaust Python's recursion limit.
+    """
+    finished: set[str] = set()
+    for root in deps:
+        if root in finished:
+            continue
+        path: list[str] = [root]
+        on_path = {root}
+        pending: list[Iterator[str]] = [iter(deps.get(root, ()))]
+        while pending:
+            dep = next(pending[-1], None)
+            if dep is None:  # every prerequisite of path[-1] explored
+                node = path.pop()
+                on_path.discard(node)
+                finished.add(node)
+                pending.pop()
+                continue
+            if dep in on_path:
                 return [*path[path.index(dep) :], dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return []
-
-    for node in deps:
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
+            if dep not in finished:
+                path.append(dep)
+                on_path.add(dep)
+                pending.append(iter(deps.get(dep, ())))
     return []

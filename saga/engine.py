@@ -140,8 +140,8 @@ def _completion(step: StepRecord) -> tuple[float, int]:
 
 def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
     """``record`` with ``step`` (same seq) replaced by a newer state of it."""
-    steps = tuple(step if s.seq == step.seq else s for s in record.steps)
-    return dataclasses.replace(record, steps=steps)
+    steps, names = _with_steps(record, [step])
+    return _indexed(dataclasses.replace(record, steps=steps), names)
 
 
 def stop_reason(record: SagaRecord) -> str:
@@ -242,17 +242,46 @@ def apply(record: SagaRecord, change: Commit, stop: bool | None = None) -> SagaR
 
     ``stop`` is the commit's answer to "must this saga stop?", when it gave one.
     """
-    steps = {s.seq: s for s in record.steps}
-    for write in change.steps:
-        steps[write.step.seq] = write.step
-    return dataclasses.replace(
+    steps, names = _with_steps(record, [write.step for write in change.steps])
+    applied = dataclasses.replace(
         record,
         status=change.status or record.status,
         error=change.error if change.error is not None else record.error,
         owner=None if change.release else record.owner,
-        steps=tuple(steps[seq] for seq in sorted(steps)),
+        steps=steps,
         stop=record.stop if stop is None else stop,
     )
+    return _indexed(applied, names)
+
+
+def _indexed(record: SagaRecord, names: dict[str, int] | None) -> SagaRecord:
+    """``record`` with its name index already filled in, when one was carried over."""
+    if names is not None:
+        object.__setattr__(record, "names", names)
+    return record
+
+
+def _with_steps(
+    record: SagaRecord, written: Iterable[StepRecord]
+) -> tuple[tuple[StepRecord, ...], dict[str, int] | None]:
+    """The steps with ``written`` put in place, and the name index carried over.
+
+    Steps are kept in seq order and seqs are 1, 2, 3...: a step's position is
+    its seq - 1, so a large saga's commit costs a list copy, not a sort.
+    """
+    steps = list(record.steps)
+    names = record.names
+    for step in written:
+        position = step.seq - 1
+        if position < len(steps) and steps[position].seq == step.seq:
+            steps[position] = step
+        elif position == len(steps) and (not steps or steps[-1].seq == step.seq - 1):
+            steps.append(step)
+            names = None if names is None else {**names, step.name: position}
+        else:  # seqs with gaps (never written by saga itself): sort, rebuild the index
+            by_seq = {s.seq: s for s in steps} | {step.seq: step}
+            steps, names = [by_seq[seq] for seq in sorted(by_seq)], None
+    return tuple(steps), names
 
 
 def commit(
@@ -284,7 +313,7 @@ def template(record: SagaRecord, name: str, kind: StepKind, transactional: bool)
     existing = record.step(name)
     if existing is not None:
         return existing
-    seq = max((s.seq for s in record.steps), default=0) + 1
+    seq = record.steps[-1].seq + 1 if record.steps else 1  # steps are kept in seq order
     return StepRecord(name, seq, StepStatus.PENDING, 0, kind=kind, transactional=transactional)
 
 

@@ -65,14 +65,16 @@ class FanOut:
                     if not running:
                         continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
-                # Each completion is its own commit, so the database's finish
-                # times give the completion order that unwinding follows.
+                # Steps collected together commit together (they ran at the same
+                # time, so neither depended on the other). Once stopping, each
+                # completion is its own commit: the database's finish times then
+                # give the completion order that unwinding follows.
                 for future in sorted(done, key=lambda f: f.result().ended):
                     self._collect(running.pop(future), future)
                     if self._stopping:
                         self._flush()
-                    else:
-                        self._advance(pool, running)
+                if not self._stopping:
+                    self._advance(pool, running)
 
     @property
     def _stopping(self) -> bool:

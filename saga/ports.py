@@ -66,9 +66,19 @@ class SagaRecord:
     steps: tuple[StepRecord, ...] = ()
     stop: bool = False
     """Not stored: the last commit's answer that the saga must stop at its next step."""
+    names: dict[str, int] | None = dataclasses.field(
+        default=None, init=False, compare=False, repr=False
+    )
+    """Not stored: step name -> position in ``steps``, built by ``step()`` on first use.
+    Not an init field, so ``dataclasses.replace`` never carries a stale index over."""
 
     def step(self, name: str) -> StepRecord | None:
-        return next((s for s in self.steps if s.name == name), None)
+        """The recorded step called ``name`` (an index is built on first use)."""
+        if self.names is None:  # frozen, but the index is derived: safe to fill in once
+            object.__setattr__(self, "names", {s.name: i for i, s in enumerate(self.steps)})
+        assert self.names is not None
+        position = self.names.get(name)
+        return None if position is None else self.steps[position]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import contextvars
 import dataclasses
 import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from saga import engine, faults
@@ -343,13 +343,38 @@ def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWri
     return engine.undone(record, name)
 
 
-def results_of(record: SagaRecord) -> dict[str, Any]:
-    """Results of the steps that succeeded, by name."""
-    return {
-        s.name: decode(s.result)
-        for s in record.steps
-        if s.status is StepStatus.SUCCEEDED and s.result is not None
-    }
+def results_of(record: SagaRecord) -> Mapping[str, Any]:
+    """Results of the steps that succeeded, by name, decoded when read."""
+    return StepResults(record)
+
+
+class StepResults(Mapping[str, Any]):
+    """``ctx.results``: a read-only mapping that decodes a result only when asked for it,
+    so a step of a 10,000-step saga does not decode 10,000 results it never reads."""
+
+    def __init__(self, record: SagaRecord) -> None:
+        self._record = record
+
+    def _done(self, name: str) -> StepRecord | None:
+        step = self._record.step(name)
+        if step is None or step.status is not StepStatus.SUCCEEDED or step.result is None:
+            return None
+        return step
+
+    def __getitem__(self, name: str) -> Any:
+        step = self._done(name)
+        if step is None:
+            raise KeyError(name)
+        return decode(step.result)
+
+    def __iter__(self) -> Iterator[str]:
+        return (s.name for s in self._record.steps if self._done(s.name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
 
 
 def _recorded(record: SagaRecord, name: str) -> StepRecord:

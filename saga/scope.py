@@ -79,7 +79,7 @@ class ScopeCore:
         """Results of the steps done so far, by step name."""
         from saga.runner import results_of
 
-        return {} if self._record is None else results_of(self._record)
+        return {} if self._record is None else dict(results_of(self._record))
 
     def _continues(self, existing: SagaRecord | None) -> bool:
         """Take over what an earlier run with this key recorded; True if it must be claimed

@@ -6,10 +6,11 @@ one implicit transaction and one network round trip: no BEGIN, no COMMIT, no
 SELECT. Every sub-statement is guarded by ``EXISTS (SELECT 1 FROM fence)``:
 when the epoch moved on, the fence matches no row and nothing is written.
 
-The SQL text depends only on the *shape* of a commit (how many step updates,
-step inserts and events), never on data: every value is a bind parameter.
-psycopg prepares a statement once it has seen it a few times, and a saga's
-commits come in a handful of shapes.
+The SQL text depends only on which parts a commit has (step updates, step
+inserts, events), never on how many rows or on data: rows travel as one array
+parameter per column and are spread by ``unnest``. So there are a handful of
+statement texts, which psycopg prepares once each, and a 64-step batch costs
+the client no more parsing than a single step.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from saga.ports import Commit, SagaRecord, StepWrite
+from saga.ports import Commit, SagaRecord, StepRecord, StepWrite
 
 from .postgres import execute_one
 
@@ -32,7 +33,29 @@ _STEP_COLUMNS = (
     "action_ref text, compensation_ref text, args text, input_digest text, result text, "
     "output_digest text, error text, undo_attempt int"
 )
-_EVENT_COLUMNS = "kind text, step text, attempt int, epoch int, detail text"
+_UPDATE_COLUMNS = (
+    "seq int, status text, attempt int, undo_attempt int, result text, output_digest text, "
+    "error text, start bool, finish bool"
+)
+_EVENT_COLUMNS = "kind text, step text, attempt int, detail text"
+
+
+def _unnest(prefix: str, columns: str) -> str:
+    """``unnest(%(p_a)s::int[], ...) AS v(a, ...)``: one array parameter per column, so
+    the SQL text is the same whatever the number of rows."""
+    arrays, names = [], []
+    for part in columns.split(", "):
+        name, kind = part.split()
+        arrays.append(f"%({prefix}_{name})s::{kind}[]")
+        names.append(name)
+    return f"unnest({', '.join(arrays)}) AS v({', '.join(names)})"
+
+
+def _names(columns: str) -> str:
+    return ", ".join(part.split()[0] for part in columns.split(", "))
+
+
+_EVENT_ROW_COLUMNS = "kind text, step text, attempt int, epoch int, detail text"
 
 
 def _column_names(columns: str) -> str:
@@ -48,7 +71,7 @@ def _row(prefix: str, columns: str) -> str:
     return "(" + ", ".join(cells) + ")"
 
 
-def _step_update(i: int) -> str:
+def _step_update_row(i: int) -> str:
     p = f"u{i}"
     return (
         f"u{i} AS (UPDATE saga_steps SET status = %({p}_status)s, attempt = %({p}_attempt)s::int, "
@@ -60,7 +83,7 @@ def _step_update(i: int) -> str:
     )
 
 
-def _step_inserts(count: int) -> str:
+def _step_insert_rows(count: int) -> str:
     rows = ", ".join(_row(f"i{i}", _STEP_COLUMNS) for i in range(count))
     names = _column_names(_STEP_COLUMNS)
     return (
@@ -69,14 +92,32 @@ def _step_inserts(count: int) -> str:
     )
 
 
-def _event_inserts(count: int) -> str:
-    rows = ", ".join(_row(f"e{i}", _EVENT_COLUMNS) for i in range(count))
-    names = _column_names(_EVENT_COLUMNS)
+def _event_insert_rows(count: int) -> str:
+    rows = ", ".join(_row(f"e{i}", _EVENT_ROW_COLUMNS) for i in range(count))
+    names = _column_names(_EVENT_ROW_COLUMNS)
     return (
         f"ev AS (INSERT INTO saga_events (saga_id, at, {names}) SELECT %(id)s, {_NOW}, v.* "
         f"FROM (VALUES {rows}) AS v({names}) WHERE {_FENCED})"
     )
 
+
+_STEP_UPDATES = (
+    "upd AS (UPDATE saga_steps s SET status = v.status, attempt = v.attempt, "
+    "undo_attempt = v.undo_attempt, result = v.result, output_digest = v.output_digest, "
+    f"error = v.error, started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
+    f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END "
+    f"FROM {_unnest('u', _UPDATE_COLUMNS)} "
+    f"WHERE s.saga_id = %(id)s AND s.seq = v.seq AND {_FENCED})"
+)
+_STEP_INSERTS = (
+    f"ins AS (INSERT INTO saga_steps (saga_id, {_names(_STEP_COLUMNS)}, started_at) "
+    f"SELECT %(id)s, v.*, {_NOW} FROM {_unnest('i', _STEP_COLUMNS)} WHERE {_FENCED})"
+)
+_EVENT_INSERTS = (
+    f"ev AS (INSERT INTO saga_events (saga_id, at, epoch, {_names(_EVENT_COLUMNS)}) "
+    f"SELECT %(id)s, {_NOW}, %(epoch)s::int, v.* FROM {_unnest('e', _EVENT_COLUMNS)} "
+    f"WHERE {_FENCED})"
+)
 
 _FENCE = (
     f"fence AS (UPDATE saga_instances SET updated_at = {_NOW}, commit_token = %(token)s, "
@@ -96,15 +137,24 @@ _CREATE = (
 )
 
 
-@functools.lru_cache(maxsize=256)
+SMALL = 4
+"""Up to this many rows a part is written as VALUES rows (cheapest for a saga's
+usual commits); above it, as arrays spread by unnest (one text for any size)."""
+
+
+@functools.lru_cache(maxsize=128)
 def statement(head: str, updates: int, inserts: int, events: int) -> str:
-    """The SQL for a commit of this shape (``head`` is the fence: update or create)."""
+    """The SQL for a commit of this shape (``head`` is the fence: update or create);
+    a count above SMALL is written as 'many' and uses the array form."""
     parts = [head]
-    parts += [_step_update(i) for i in range(updates)]
+    if updates > SMALL:
+        parts.append(_STEP_UPDATES)
+    else:
+        parts += [_step_update_row(i) for i in range(updates)]
     if inserts:
-        parts.append(_step_inserts(inserts))
+        parts.append(_STEP_INSERTS if inserts > SMALL else _step_insert_rows(inserts))
     if events:
-        parts.append(_event_inserts(events))
+        parts.append(_EVENT_INSERTS if events > SMALL else _event_insert_rows(events))
     return "WITH " + ", ".join(parts) + " SELECT stop FROM fence"
 
 
@@ -147,61 +197,78 @@ def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[str, 
 
 def _with_body(head: str, change: Commit, params: dict[str, Any]) -> str:
     updates = [w for w in change.steps if not w.new]
-    inserts = [w for w in change.steps if w.new]
-    for i, write in enumerate(updates):
-        _update_params(f"u{i}", write, params)
-    for i, write in enumerate(inserts):
-        _insert_params(f"i{i}", write, params)
-    for i, event in enumerate(change.events):
+    inserts = [w.step for w in change.steps if w.new]  # new steps are always "started"
+    events = [
+        (e.kind, e.step, e.attempt, None if e.detail is None else _json(e.detail))
+        for e in change.events
+    ]
+    _put("u", [_update_row(w) for w in updates], _UPDATE_COLUMNS, params)
+    _put("i", [_insert_row(step) for step in inserts], _STEP_COLUMNS, params)
+    _put("e", events, _EVENT_COLUMNS, params, epoch=change.epoch)
+    counts = (len(updates), len(inserts), len(events))
+    return statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts))
+
+
+def _put(
+    prefix: str,
+    rows: list[tuple[Any, ...]],
+    columns: str,
+    params: dict[str, Any],
+    epoch: int | None = None,
+) -> None:
+    """Bind ``rows``: one parameter per cell when few, one array per column when many."""
+    if len(rows) > SMALL:
+        params.update(_columns(prefix, rows, columns))
+        return
+    names = [part.split()[0] for part in columns.split(", ")]
+    for i, row in enumerate(rows):
         params.update(
-            {
-                f"e{i}_kind": event.kind,
-                f"e{i}_step": event.step,
-                f"e{i}_attempt": event.attempt,
-                f"e{i}_epoch": change.epoch,
-                f"e{i}_detail": None if event.detail is None else _json(event.detail),
-            }
+            {f"{prefix}{i}_{name}": value for name, value in zip(names, row, strict=True)}
         )
-    return statement(head, len(updates), len(inserts), len(change.events))
+        if epoch is not None:
+            params[f"{prefix}{i}_epoch"] = epoch
 
 
-def _update_params(p: str, write: StepWrite, params: dict[str, Any]) -> None:
+def _columns(prefix: str, rows: list[tuple[Any, ...]], columns: str) -> dict[str, list[Any]]:
+    """Rows turned into one list per column, named as :func:`_unnest` expects."""
+    names = [part.split()[0] for part in columns.split(", ")]
+    return {
+        f"{prefix}_{name}": list(values)
+        for name, values in zip(names, zip(*rows, strict=True), strict=True)
+    }
+
+
+def _update_row(write: StepWrite) -> tuple[Any, ...]:
     step = write.step
-    params.update(
-        {
-            f"{p}_seq": step.seq,
-            f"{p}_status": step.status.value,
-            f"{p}_attempt": step.attempt,
-            f"{p}_undo_attempt": step.undo_attempt,
-            f"{p}_result": step.result,
-            f"{p}_output_digest": step.output_digest,
-            f"{p}_error": step.error,
-            f"{p}_start": write.stamp == "started",
-            f"{p}_finish": write.stamp == "finished",
-        }
+    return (
+        step.seq,
+        step.status.value,
+        step.attempt,
+        step.undo_attempt,
+        step.result,
+        step.output_digest,
+        step.error,
+        write.stamp == "started",
+        write.stamp == "finished",
     )
 
 
-def _insert_params(p: str, write: StepWrite, params: dict[str, Any]) -> None:
-    # New steps are always "started": their started_at is the statement's clock.
-    step = write.step
-    params.update(
-        {
-            f"{p}_seq": step.seq,
-            f"{p}_name": step.name,
-            f"{p}_status": step.status.value,
-            f"{p}_attempt": step.attempt,
-            f"{p}_kind": step.kind.value,
-            f"{p}_transactional": step.transactional,
-            f"{p}_action_ref": step.action_ref,
-            f"{p}_compensation_ref": step.compensation_ref,
-            f"{p}_args": step.args,
-            f"{p}_input_digest": step.input_digest,
-            f"{p}_result": step.result,
-            f"{p}_output_digest": step.output_digest,
-            f"{p}_error": step.error,
-            f"{p}_undo_attempt": step.undo_attempt,
-        }
+def _insert_row(step: StepRecord) -> tuple[Any, ...]:
+    return (
+        step.seq,
+        step.name,
+        step.status.value,
+        step.attempt,
+        step.kind.value,
+        step.transactional,
+        step.action_ref,
+        step.compensation_ref,
+        step.args,
+        step.input_digest,
+        step.result,
+        step.output_digest,
+        step.error,
+        step.undo_attempt,
     )
 
 
