@@ -1,0 +1,50 @@
+"""The fault suite's figures (sagas, kills, lost acknowledgements...), counted as tests run.
+
+Tests call :func:`count` as they inject faults and check sagas; the suite's
+``conftest.py`` adds the pass/fail tally, prints the figures at the end of
+the run and, when ``SAGA_FAULTS_SUMMARY`` names a file, writes them there as
+Markdown (the table in ``docs/reliability.md`` is pasted from it).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+FIGURES: Counter[str] = Counter()
+_lock = threading.Lock()
+
+LABELS = {
+    "cases": "test cases run",
+    "violations": "invariant violations (failed cases)",
+    "sagas": "sagas driven to their end and checked",
+    "invariant checks": "per-saga invariant checks (ledger + store)",
+    "kills": "processes killed with SIGKILL",
+    "freezes": "processes frozen with SIGSTOP past their lease",
+    "lost acks": "commit acknowledgements lost (write committed, connection reported dropped)",
+    "terminated backends": "PostgreSQL backends terminated by the chaos thread",
+    "restarts": "PostgreSQL immediate stops and restarts",
+    "recoverer processes": "recoverer processes run concurrently",
+    "hostile inputs": "hostile inputs refused (or stored verbatim, where valid)",
+    "places checked for the password": "outputs checked for the DSN password",
+    "admin command reads under chaos": "saga list / show runs (--json) under chaos, all exit 0",
+    "sagas taken over under chaos": "sagas whose owner lost its lease under chaos",
+    "dumps compared": "database dumps compared before and after",
+    "engine examples": "engine state-machine runs (Hypothesis examples, shrinking included)",
+    "engine rules": "engine state-machine rules applied (invariants checked after each)",
+}
+
+
+def count(name: str, amount: int = 1) -> None:
+    """Add ``amount`` to figure ``name`` (thread-safe)."""
+    with _lock:
+        FIGURES[name] += amount
+
+
+def table() -> str:
+    """The figures as a Markdown table, in a fixed order."""
+    rows = ["| figure | value |", "| --- | ---: |"]
+    names = [n for n in LABELS if n in FIGURES or n in ("cases", "violations")]
+    names += sorted(n for n in FIGURES if n not in LABELS)
+    rows += [f"| {LABELS.get(name, name)} | {FIGURES[name]} |" for name in names]
+    return "\n".join(rows)

@@ -1,0 +1,145 @@
+"""A real SQL store that loses the acknowledgement of chosen commits.
+
+:class:`LostAckStore` is :class:`SqlSagaStore` on a real database. Its writes
+(saga creation, commits, transactional steps, claims) are numbered in the
+order they are made; write number ``n`` in ``lose`` really commits, and then
+its caller is told the connection dropped (``StorageUnavailableError``), just
+as when the network fails between the server's COMMIT and its reply. The
+fault is injected inside the store's own retry loop, so what is tested is
+that loop: the retry must recognise its own earlier write and apply nothing
+twice.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
+
+from saga.adapters.sql.store import SqlSagaStore
+from sqlalchemy import Connection
+
+from saga import RetryPolicy, StorageUnavailableError
+from saga.ports import Commit, Event, SagaRecord
+from tests.faults import figures
+
+T = TypeVar("T")
+
+FAST_STORE_RETRY = RetryPolicy(
+    max_attempts=None,
+    initial_delay=0.001,
+    max_delay=0.02,
+    jitter=0.0,
+    retry_on=(StorageUnavailableError,),
+    max_elapsed=30.0,
+)
+"""The store's retry, with tiny delays: a lost acknowledgement costs no test time."""
+
+
+def dialect_for(url: str) -> Any:
+    if url.startswith("sqlite"):
+        from saga.adapters.sql.sqlite import SqliteDialect
+
+        return SqliteDialect()
+    from saga.adapters.sql.postgres import PostgresDialect
+
+    return PostgresDialect()
+
+
+class LostAckStore(SqlSagaStore):
+    """A SQL store whose writes numbered in ``lose`` commit, then report a dropped connection."""
+
+    def __init__(self, url: str, lose: Collection[int] = ()) -> None:
+        super().__init__(url, dialect_for(url), FAST_STORE_RETRY)
+        self.lose = frozenset(lose)
+        self.writes: list[str] = []
+        """Each write's kind, in order (``create``, ``commit``, ``transact``, ``claim``...)."""
+        self.lost: list[str] = []
+        self._pending = threading.local()
+        self._lock = threading.Lock()
+        if self.hot is not None:
+            self.hot = _LossyHotPath(self.hot, self)
+
+    # -- the writes, numbered -----------------------------------------------------------
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
+        parent = super()
+        return self._write("create", lambda: parent.create(saga, first, lease_ttl))
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool:
+        parent = super()
+        return self._write("commit", lambda: parent.commit(change, lease_ttl))
+
+    def transact(
+        self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
+    ) -> tuple[T, bool]:
+        parent = super()
+        return self._write("transact", lambda: parent.transact(work, change_for, lease_ttl))
+
+    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+        parent = super()
+        return self._write("claim", lambda: parent.claim(saga_id, owner, lease_ttl, event))
+
+    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+        parent = super()
+        return self._write("claim_expired", lambda: parent.claim_expired(owner, lease_ttl, limit))
+
+    def request_cancel(self, saga_id: str, event: Event) -> None:
+        parent = super()
+        self._write("request_cancel", lambda: parent.request_cancel(saga_id, event))
+
+    def record_event(self, saga_id: str, event: Event) -> None:
+        parent = super()
+        self._write("record_event", lambda: parent.record_event(saga_id, event))
+
+    def _write(self, kind: str, call: Callable[[], T]) -> T:
+        self._pending.kind = kind
+        try:
+            return call()
+        finally:
+            self._pending.kind = None
+
+    # -- where the acknowledgement is lost ------------------------------------------------
+
+    def _once(self, work: Callable[[Connection], T]) -> T:
+        result = super()._once(work)
+        self.committed()
+        return result
+
+    def committed(self) -> None:
+        """The first transaction of the current write just committed: maybe lose its ack."""
+        kind = getattr(self._pending, "kind", None)
+        if kind is None:
+            return
+        self._pending.kind = None
+        with self._lock:
+            self.writes.append(kind)
+            number = len(self.writes)
+            if number not in self.lose:
+                return
+            self.lost.append(kind)
+        figures.count("lost acks")
+        raise StorageUnavailableError(
+            f"{self.url}: connection lost after COMMIT of write {number} ({kind}) [injected]"
+        )
+
+
+class _LossyHotPath:
+    """PostgreSQL's single-statement path, losing acknowledgements as its store says."""
+
+    def __init__(self, hot: Any, store: LostAckStore) -> None:
+        self.hot = hot
+        self.store = store
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool:
+        created = bool(self.hot.create(saga, first, lease_ttl))
+        self.store.committed()
+        return created
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
+        stop: bool | None = self.hot.commit(change, lease_ttl)
+        self.store.committed()
+        return stop
+
+    def close(self) -> None:
+        self.hot.close()

@@ -1,0 +1,208 @@
+"""Zombies and races between processes: recoverers against each other and against owners.
+
+* Four recoverer processes start at the same moment on hundreds of sagas left
+  by a process killed with SIGKILL: each saga is claimed by exactly one of
+  them (one ``lease_claimed`` event, by the recoverer that reports it) and
+  its interrupted step runs again exactly once.
+* A recoverer (``saga recover``'s code path) reads the stuck sagas, then
+  pauses before claiming them; meanwhile a slow owner, frozen past its lease,
+  wakes up and finishes its saga. The recoverer must leave that saga alone.
+* An owner frozen with SIGSTOP past its lease while a recoverer claims and
+  finishes its saga, then continued with SIGCONT, writes nothing and stops
+  with ``LeaseLostError``; no effect is applied under an epoch older than a
+  later claim's. The transactional variant: the zombie is frozen inside its
+  step's database transaction, which must roll back.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from saga import Coordinator, SagaStatus, SagaView
+from tests.crash import ledger
+from tests.crash.harness import wait_until_claimable
+from tests.faults import figures, sagas, workload
+from tests.faults.child import recoverer, spawn
+from tests.faults.dump import dump, unchanged
+from tests.faults.workload import Planned
+
+pytestmark = [pytest.mark.faults, pytest.mark.crash, pytest.mark.timeout(240)]
+
+RECOVERERS = 4
+
+
+def _wait_until(condition: Callable[[], bool], what: str, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def _stopped(process: subprocess.Popen[str]) -> bool:
+    """Whether the process is stopped (SIGSTOP): state ``T`` in /proc."""
+    stat = Path(f"/proc/{process.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def _own(
+    url: str, book: str, key: str, where: Path, saga: str, freeze: str
+) -> subprocess.Popen[str]:
+    """An owner process whose step ``freeze`` stops it with SIGSTOP after acting."""
+    args = ["own", url, book, key, "--freeze", freeze, "--saga", saga, "--lease", "0.5"]
+    with (where / f"owner-{key}.log").open("w") as log:
+        owner = spawn(args, stdout=subprocess.PIPE, stderr=log)
+    _wait_until(lambda: _stopped(owner), "the owner froze itself")
+    figures.count("freezes")
+    return owner
+
+
+def _ended(process: subprocess.Popen[str], timeout: float = 60.0) -> dict[str, object]:
+    out, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, f"exited {process.returncode}: {out}"
+    ended: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return ended
+
+
+def _recover_in_a_process(url: str, where: Path, name: str = "recoverer") -> dict[str, object]:
+    with (where / f"{name}.log").open("w") as log:
+        process = spawn(["recover", url, "--timeout", "60"], stdout=subprocess.PIPE, stderr=log)
+        return _ended(process, 90)
+
+
+@pytest.mark.parametrize(
+    ("backend", "count"),
+    [("sqlite", 60), pytest.param("postgres", 200, marks=pytest.mark.postgres)],
+)
+def test_four_recoverers_resume_each_expired_saga_exactly_once(
+    backend: str, count: int, url: str, book: str, tmp_path: Path
+) -> None:
+    forward, unwound = count * 3 // 4, count // 4
+    workload.seed(url, book, forward, tmp_path, cm=unwound)
+    planned = workload.seeded_plans(book, forward, cm=unwound)
+    go = tmp_path / "go"
+    processes = []
+    for n in range(RECOVERERS):
+        with (tmp_path / f"recoverer-{n}.log").open("w") as log:
+            args = ["recover", url, "--go", str(go)]
+            processes.append(spawn(args, stdout=subprocess.PIPE, stderr=log))
+    for process in processes:  # all four are up and waiting: then they start together
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "ready"
+    go.touch()
+    reports = [_ended(process, 120) for process in processes]
+    figures.count("recoverer processes", RECOVERERS)
+    claimed: dict[str, str] = {}
+    for report in reports:
+        for saga_id, _status, error in report["outcomes"]:  # type: ignore[attr-defined]
+            assert error is None, f"{saga_id}: {error}"
+            assert saga_id not in claimed, f"{saga_id} was recovered by two processes"
+            claimed[saga_id] = str(report["owner"])
+    with recoverer(url) as coord:
+        views = workload.all_sagas(coord)
+        assert set(claimed) == {view.id for view in views}, "a saga was not recovered"
+        for view in views:
+            claims = [e for e in coord.history(view.id) if e.kind == "lease_claimed"]
+            assert len(claims) == 1, f"{view.id} claimed {len(claims)} times"
+            assert claims[0].detail is not None
+            assert claims[0].detail["owner"] == claimed[view.id]
+            assert view.epoch == 2
+        workload.check_settled(coord, url, book, planned)
+    assert len({owner for owner in claimed.values()}) > 1 or count < RECOVERERS
+
+
+@pytest.mark.postgres
+def test_a_paused_recoverer_leaves_a_saga_its_owner_finished_meanwhile(
+    pg_url: str, book: str, tmp_path: Path
+) -> None:
+    workload.seed(pg_url, book, 1, tmp_path)  # recovered first: the pause comes after it
+    owner = _own(pg_url, book, "slow", tmp_path, sagas.PLAIN.name, "s2")
+    with recoverer(pg_url) as coord:
+        wait_until_claimable(coord)  # the frozen owner's lease ran out: its saga looks stuck
+        paused, go = tmp_path / "paused", tmp_path / "go"
+        with (tmp_path / "paused-recoverer.log").open("w") as log:
+            process = spawn(
+                ["paused-recover", pg_url, "--paused", str(paused), "--go", str(go)],
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+            _wait_until(paused.exists, "the recoverer read both sagas and paused")
+            owner.send_signal(signal.SIGCONT)  # the owner wakes up and finishes its saga
+            assert _ended(owner) == {"status": "completed"}
+            (slow,) = [v for v in coord.list(limit=10) if v.key == "slow"]
+            before = dump(pg_url, slow.id)
+            go.touch()
+            summary = _ended(process)
+        unchanged(pg_url, before, slow.id)
+        items = {item["id"]: item for item in summary["sagas"]}  # type: ignore[attr-defined]
+        assert items[slow.id]["result"] == "skipped", items[slow.id]
+        planned = [
+            Planned(sagas.PLAIN.name, "seed-0", sagas.how(book), SagaStatus.COMPLETED),
+            Planned(sagas.PLAIN.name, "slow", sagas.how(book), SagaStatus.COMPLETED),
+        ]
+        workload.check_settled(coord, pg_url, book, planned)
+
+
+def _no_effect_under_an_older_epoch(view: SagaView, coord: Coordinator, book: str) -> None:
+    """Every call under an epoch older than the last claim's came before that claim's first."""
+    claims = [e.epoch for e in coord.history(view.id) if e.kind == "lease_claimed"]
+    calls = ledger.read(book).of(view.id)
+    latest = max(e for e in claims if e is not None)
+    first_of_latest = min(c.id for c in calls if c.epoch == latest)
+    late = [c for c in calls if c.epoch < latest and c.id > first_of_latest]
+    assert late == [], f"calls under an older epoch after the claim of epoch {latest}: {late}"
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_zombie_owner_continued_after_a_takeover_writes_nothing(
+    backend: str, url: str, book: str, tmp_path: Path
+) -> None:
+    owner = _own(url, book, "zombie", tmp_path, sagas.PLAIN.name, "s2")
+    with recoverer(url) as coord:
+        wait_until_claimable(coord)
+        report = _recover_in_a_process(url, tmp_path)
+        (view,) = coord.list(limit=10)
+        assert report["outcomes"] == [[view.id, "completed", None]]
+        before = dump(url)
+        owner.send_signal(signal.SIGCONT)
+        assert _ended(owner) == {"error": "LeaseLostError", "epoch": 1}
+        unchanged(url, before)
+        calls = ledger.read(book).of(view.id)
+        zombie = [c for c in calls if c.pid == owner.pid]
+        assert [(c.step, c.epoch) for c in zombie] == [("s1", 1), ("s2", 1)]
+        _no_effect_under_an_older_epoch(view, coord, book)
+        planned = [Planned(sagas.PLAIN.name, "zombie", sagas.how(book), SagaStatus.COMPLETED)]
+        workload.check_settled(coord, url, book, planned)
+
+
+@pytest.mark.postgres
+def test_a_zombie_frozen_inside_a_transactional_step_commits_nothing(
+    pg_url: str, book: str, tmp_path: Path
+) -> None:
+    sagas.create_effects_table(pg_url)
+    owner = _own(pg_url, book, "zombie", tmp_path, sagas.TRANSACTIONAL.name, "s1")
+    with recoverer(pg_url) as coord:
+        wait_until_claimable(coord)
+        with (tmp_path / "recoverer.log").open("w") as log:
+            process = spawn(["recover", pg_url], stdout=subprocess.PIPE, stderr=log)
+            # The recoverer claims; its own try of s1 then waits for the zombie's row lock.
+            _wait_until(lambda: coord.list(limit=1)[0].epoch == 2, "the recoverer claimed")
+            owner.send_signal(signal.SIGCONT)
+            assert _ended(owner) == {"error": "LeaseLostError", "epoch": 1}
+            report = _ended(process)
+        (view,) = coord.list(limit=10)
+        assert report["outcomes"] == [[view.id, "completed", None]]
+        assert sagas.count_effects(pg_url) == {view.id: 1}
+        assert view.step("s1").attempt == 2
+        planned = [
+            Planned(sagas.TRANSACTIONAL.name, "zombie", sagas.how(book), SagaStatus.COMPLETED)
+        ]
+        workload.check_settled(coord, pg_url, book, planned)
