@@ -156,11 +156,14 @@ class AsyncRunner:
         record = await self.write(record, [write], [event, turn], SagaStatus.COMPENSATING, text)
         return await self._unwound(record, saga, name)
 
-    async def cancelled(self, record: SagaRecord, saga: Saga | None) -> SagaFailed:
+    async def cancelled(
+        self, record: SagaRecord, saga: Saga | None, not_run: Sequence[str] = ()
+    ) -> SagaFailed:
         """Stop as the store asked and unwind; see ``Runner.cancelled``."""
         record = await self.store.load(record.id) or record
+        skips, skipped = engine.not_run(record, not_run)
         turn = engine.moved(record, SagaStatus.COMPENSATING, reason=engine.stop_reason(record))
-        record = await self.write(record, [], [turn], SagaStatus.COMPENSATING)
+        record = await self.write(record, skips, [*skipped, turn], SagaStatus.COMPENSATING)
         return await self._unwound(record, saga, None)
 
     async def _unwound(self, record: SagaRecord, saga: Saga | None, name: str | None) -> SagaFailed:
@@ -268,6 +271,7 @@ class Forward:
     failure: tuple[str, BaseException | str] | None = None
     turned: bool = False
     cancelled: bool = False
+    not_run: list[str] = dataclasses.field(default_factory=list)
     running: dict[asyncio.Task[_Outcome], _Branch] = dataclasses.field(default_factory=dict)
     why_cancelled: str = "cancelled"
 
@@ -348,8 +352,10 @@ class Forward:
         self.carried, self.carried_events = [], []
         if self.record.stop and not engine.pivot_may_have_acted(before):
             self.cancelled = True
-        # Started but not launched (a stop arrived meanwhile): compensated as "may have acted".
-        return [] if self._stopping else steps
+        if self._stopping:  # started but never launched: marked skipped when unwinding
+            self.not_run.extend(step.name for step in steps)
+            return []
+        return steps
 
     def _launch(self, steps: list[engine.RunStep]) -> None:
         for step in steps:
@@ -464,7 +470,7 @@ class Forward:
         if self.saga.max_concurrency > 1:  # completion order comes from the database
             self.record = await self.runner.store.load(self.record.id) or self.record
         if self.failure is None:
-            return await self.runner.cancelled(self.record, self.saga)
+            return await self.runner.cancelled(self.record, self.saga, self.not_run)
         name, error = self.failure
         if self.turned:
             failure = await self.runner._unwound(self.record, self.saga, name)

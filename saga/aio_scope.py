@@ -99,7 +99,7 @@ class AsyncSagaScope(ScopeCore):
             self._record = await self.runner.write(self._record, starts, events)
         faults.point("after_start_commit", group[0].template.name)
         if self._record is not None and self._record.stop:
-            raise await self.runner.cancelled(self._record, None)
+            raise await self.runner.cancelled(self._record, None, [p.template.name for p in group])
 
     async def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
         record = self._new_record()

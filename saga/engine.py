@@ -209,6 +209,24 @@ def failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]
     )
 
 
+def not_run(record: SagaRecord, names: Iterable[str]) -> tuple[list[StepWrite], list[Event]]:
+    """Steps recorded as started whose action never ran, because the store answered that
+    commit with "stop": marked skipped, so nothing is compensated for them. Only a first
+    attempt qualifies: an earlier attempt of a retried step may have acted."""
+    writes: list[StepWrite] = []
+    events: list[Event] = []
+    for name in names:
+        step = record.step(name)
+        if step is None or step.status is not StepStatus.RUNNING or step.attempt != 1:
+            continue
+        check_step_move(name, step.status, StepStatus.SKIPPED)
+        writes.append(
+            StepWrite(dataclasses.replace(step, status=StepStatus.SKIPPED), stamp="finished")
+        )
+        events.append(Event("step_skipped", name, 1, {"reason": "stopped before it ran"}))
+    return writes, events
+
+
 def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATING)

@@ -46,6 +46,7 @@ class FanOut:
     failure: tuple[str, BaseException | str] | None = None
     turned: bool = False
     cancelled: bool = False
+    not_run: list[str] = dataclasses.field(default_factory=list)
 
     def run(self, started: list[engine.RunStep]) -> SagaRecord:
         """Carry the saga forward; ``started`` steps are already durably started."""
@@ -136,6 +137,7 @@ class FanOut:
         self.carried, self.carried_events = [], []
         if self.record.stop and not engine.pivot_may_have_acted(before):
             self.cancelled = True  # nothing new starts; in-flight steps finish first
+            self.not_run.extend(step.name for step in steps)  # marked skipped when unwinding
             return []
         return steps
 
@@ -236,7 +238,7 @@ class FanOut:
             if isinstance(error, BaseException):
                 failure.__cause__ = error
             return failure
-        return self.runner.cancelled(self.record, self.saga)
+        return self.runner.cancelled(self.record, self.saga, self.not_run)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -98,7 +98,7 @@ class Runner:
                 # A pivot that may have acted (even unconfirmed, before a crash) means
                 # forward only: a cancel request or a passed deadline no longer unwinds.
                 if record.stop and not engine.pivot_may_have_acted(ahead):
-                    raise self.cancelled(record, saga)
+                    raise self.cancelled(record, saga, [step.name])
             started = None
             cursor = Cursor(record)
             encoded = self._run_step(cursor, step.name, decision.attempt, step, saga)
@@ -234,12 +234,16 @@ class Runner:
         record = self.write(record, [write], [event, turn], SagaStatus.COMPENSATING, text)
         return self._unwound(record, saga, name)
 
-    def cancelled(self, record: SagaRecord, saga: Saga | None) -> SagaFailed:
+    def cancelled(
+        self, record: SagaRecord, saga: Saga | None, not_run: Sequence[str] = ()
+    ) -> SagaFailed:
         """Stop as the store asked (a cancel request or a passed deadline) and unwind;
-        return what to raise. The saga ends ``cancelled`` or ``compensated``."""
+        return what to raise. The saga ends ``cancelled`` or ``compensated``.
+        ``not_run`` are steps just recorded as started whose actions were not called."""
         record = self.store.load(record.id) or record  # which of the two it was
+        skips, skipped = engine.not_run(record, not_run)
         turn = engine.moved(record, SagaStatus.COMPENSATING, reason=engine.stop_reason(record))
-        record = self.write(record, [], [turn], SagaStatus.COMPENSATING)
+        record = self.write(record, skips, [*skipped, turn], SagaStatus.COMPENSATING)
         return self._unwound(record, saga, None)
 
     def _unwound(self, record: SagaRecord, saga: Saga | None, name: str | None) -> SagaFailed:

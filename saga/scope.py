@@ -319,7 +319,7 @@ class SagaScope(ScopeCore):
             self._record = self.runner.write(self._record, starts, events)
         faults.point("after_start_commit", group[0].template.name)
         if self._record is not None and self._record.stop:
-            raise self.runner.cancelled(self._record, None)
+            raise self.runner.cancelled(self._record, None, [p.template.name for p in group])
 
     def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
         record = self._new_record()

@@ -64,8 +64,15 @@ _SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
 _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
     StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED}),
     # running -> running is the next attempt of the same step.
+    # running -> skipped: recorded as started, but the saga stopped before the action ran.
     StepStatus.RUNNING: frozenset(
-        {StepStatus.RUNNING, StepStatus.SUCCEEDED, StepStatus.FAILED, StepStatus.COMPENSATING}
+        {
+            StepStatus.RUNNING,
+            StepStatus.SUCCEEDED,
+            StepStatus.FAILED,
+            StepStatus.COMPENSATING,
+            StepStatus.SKIPPED,
+        }
     ),
     StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
     StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),

@@ -68,6 +68,7 @@ def replay(events: Iterable[EventRecord]) -> tuple[SagaStatus | None, dict[str, 
         "step_failed": StepStatus.FAILED,
         "compensation_started": StepStatus.COMPENSATING,
         "compensation_done": StepStatus.COMPENSATED,
+        "step_skipped": StepStatus.SKIPPED,
     }
     for event in events:
         if event.kind == "saga_started":
