@@ -110,6 +110,7 @@ def contract_url(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("SAGA_DATABASE_URL", raising=False)
     ledger.clear()
     inventory.released.clear()
+    inventory.reserved.clear()
     return db_url
 
 
