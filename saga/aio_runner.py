@@ -148,8 +148,9 @@ class AsyncRunner:
         """Record step ``name``'s failure, unwind if allowed; return what to raise."""
         text = error if isinstance(error, str) else engine.describe(error)
         write, event = engine.failed(record, name, text)
-        if engine.past_pivot(record):
-            stop = engine.moved(record, SagaStatus.FAILED, reason="failed after the pivot")
+        why = engine.no_unwinding(record, error)
+        if why is not None:
+            stop = engine.moved(record, SagaStatus.FAILED, reason=why)
             record = await self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
             return SagaFailed(record.id, SagaStatus.FAILED, name)
         turn = engine.moved(record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
@@ -272,6 +273,7 @@ class Forward:
     turned: bool = False
     cancelled: bool = False
     not_run: list[str] = dataclasses.field(default_factory=list)
+    completed: list[str] = dataclasses.field(default_factory=list)
     running: dict[asyncio.Task[_Outcome], _Branch] = dataclasses.field(default_factory=dict)
     why_cancelled: str = "cancelled"
 
@@ -415,6 +417,7 @@ class Forward:
 
     async def _collect(self, outcome: _Outcome) -> None:
         self.record = engine.with_step(self.record, outcome.step)
+        self.completed.append(outcome.step.name)
         if outcome.error is None and outcome.step.status is StepStatus.SUCCEEDED:
             return  # transactional: its success was recorded with its own writes
         name = outcome.step.name
@@ -468,7 +471,8 @@ class Forward:
     async def _stop(self) -> BaseException:
         await self._flush()
         if self.saga.max_concurrency > 1:  # completion order comes from the database
-            self.record = await self.runner.store.load(self.record.id) or self.record
+            reloaded = await self.runner.store.load(self.record.id) or self.record
+            self.record = engine.in_completion_order(reloaded, self.completed)
         if self.failure is None:
             return await self.runner.cancelled(self.record, self.saga, self.not_run)
         name, error = self.failure

@@ -113,6 +113,20 @@ def pivot_may_have_acted(record: SagaRecord) -> bool:
     )
 
 
+def no_unwinding(record: SagaRecord, error: BaseException | str) -> str | None:
+    """Why a saga whose step just failed must end ``failed`` instead of unwinding, or None.
+
+    Past its pivot it can only go forward. A pivot that never returned (its
+    attempts ran out across crashes: ``error`` is why it was given up, not an
+    exception it raised) may have acted, so nothing may be unwound either.
+    """
+    if past_pivot(record):
+        return "failed after the pivot"
+    if isinstance(error, str) and pivot_may_have_acted(record):
+        return "the pivot never returned: it may have acted"
+    return None
+
+
 def undo_stack(record: SagaRecord) -> list[StepRecord]:
     """Steps still to compensate, newest first by completion.
 
@@ -131,6 +145,22 @@ def undo_stack(record: SagaRecord) -> list[StepRecord]:
             continue  # its transaction never committed: nothing happened
         stack.append(step)
     return sorted(stack, key=_completion, reverse=True)
+
+
+def in_completion_order(record: SagaRecord, completed: Iterable[str]) -> SagaRecord:
+    """``record`` (just reloaded) with ties in finish times broken as this process saw
+    the steps end. The database clock can give two steps that ended a moment apart the
+    same time (SQLite keeps milliseconds); only the in-memory copy is adjusted."""
+    last = -math.inf
+    for name in completed:
+        step = record.step(name)
+        if step is None or step.finished_at is None:
+            continue
+        if step.finished_at <= last:
+            step = dataclasses.replace(step, finished_at=math.nextafter(last, math.inf))
+            record = with_step(record, step)
+        last = step.finished_at if step.finished_at is not None else last
+    return record
 
 
 def _completion(step: StepRecord) -> tuple[float, int]:

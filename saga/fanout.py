@@ -47,6 +47,7 @@ class FanOut:
     turned: bool = False
     cancelled: bool = False
     not_run: list[str] = dataclasses.field(default_factory=list)
+    completed: list[str] = dataclasses.field(default_factory=list)
 
     def run(self, started: list[engine.RunStep]) -> SagaRecord:
         """Carry the saga forward; ``started`` steps are already durably started."""
@@ -170,6 +171,7 @@ class FanOut:
     def _collect(self, branch: _Branch, future: Future[_Outcome]) -> None:
         outcome = future.result()  # infrastructure errors propagate from here
         self.record = engine.with_step(self.record, outcome.step)
+        self.completed.append(branch.name)
         if outcome.error is not None:
             self._branch_failed(branch.name, outcome.error)
             return
@@ -228,7 +230,8 @@ class FanOut:
         self._flush()
         # Reloaded for the completion times the database recorded: parallel
         # steps are undone newest first by completion, not by start.
-        self.record = self.runner.store.load(self.record.id) or self.record
+        reloaded = self.runner.store.load(self.record.id) or self.record
+        self.record = engine.in_completion_order(reloaded, self.completed)
         if self.failure is not None:
             name, error = self.failure
             if self.turned:

@@ -173,6 +173,12 @@ def refuse_cancel(record: SagaRecord) -> None:
         raise OperationRefusedError(
             record.id, f"saga {record.id} passed its pivot step; it can only go forward"
         )
+    if engine.pivot_may_have_acted(record):  # started and never reported back
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} started its pivot step, which may have acted; it can only go "
+            "forward (resume it if it is stuck)",
+        )
 
 
 def lease_live(record: SagaRecord, now: float) -> bool:

@@ -115,6 +115,7 @@ class Group:
         self.results: list[Any] = [None] * len(calls)
         self.members: list[Member] = []
         self.failure: tuple[str, BaseException | str] | None = None
+        self.order: list[str] = []  # members' names as their ends were seen
         for index, call in enumerate(calls):
             if not isinstance(call, StepCall):
                 raise ConfigurationError(
@@ -157,6 +158,7 @@ class Group:
         assert record is not None
         record = self.scope._record = engine.with_step(record, member.step())
         name = member.name
+        self.order.append(name)
         if done.error is None:
             self.results[member.index] = done.result
             if member.planned.template.transactional:  # recorded with its own writes
@@ -236,7 +238,7 @@ def _unwind(scope: SagaScope, group: Group) -> None:
     assert scope._record is not None
     assert group.failure is not None
     store = scope.coordinator.store
-    record = store.load(scope._record.id) or scope._record
+    record = engine.in_completion_order(store.load(scope._record.id) or scope._record, group.order)
     scope.runner._unwound(record, None, group.failure[0])
     scope._record = store.load(record.id) or record
 
@@ -329,6 +331,7 @@ async def _unwind_async(scope: AsyncSagaScope, group: Group) -> None:
     assert scope._record is not None
     assert group.failure is not None
     store = scope.coordinator.store
-    record = await store.load(scope._record.id) or scope._record
+    loaded = await store.load(scope._record.id) or scope._record
+    record = engine.in_completion_order(loaded, group.order)
     await scope.runner._unwound(record, None, group.failure[0])
     scope._record = await store.load(record.id) or record

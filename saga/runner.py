@@ -226,8 +226,9 @@ class Runner:
         """Record step ``name``'s failure, unwind if allowed; return what to raise."""
         text = error if isinstance(error, str) else engine.describe(error)
         write, event = engine.failed(record, name, text)
-        if engine.past_pivot(record):
-            stop = engine.moved(record, SagaStatus.FAILED, reason="failed after the pivot")
+        why = engine.no_unwinding(record, error)
+        if why is not None:
+            stop = engine.moved(record, SagaStatus.FAILED, reason=why)
             record = self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
             return SagaFailed(record.id, SagaStatus.FAILED, name)
         turn = engine.moved(record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")

@@ -24,9 +24,14 @@ class SqliteDialect:
         event.listen(engine, "begin", _begin_immediate)
         return engine
 
-    def hot_path(self, url: str) -> None:
-        """None: SQLite has no round trips to save; the portable path is the hot path."""
-        del url
+    def hot_path(self, url: str) -> Any:
+        """Creations and commits as constant SQL on raw connections of their own, set up
+        as the engine's; None for an in-memory database (private to one connection)."""
+        from .sqlite_writer import SqliteHotPath, is_file_database
+
+        if not is_file_database(url):
+            return None
+        return SqliteHotPath(url, lambda connection: _configure_connection(connection, None))
 
     def now(self) -> ColumnElement[float]:
         # julianday('now') has millisecond precision, unlike CURRENT_TIMESTAMP.

@@ -136,11 +136,22 @@ def worker_command(
     ctx: typer.Context,
     interval: Annotated[str, typer.Option("--interval", help="Pause between passes.")] = "5s",
     batch: Annotated[int, typer.Option("--batch", help="At most this many sagas a pass.")] = 20,
+    lease_ttl: Annotated[
+        str,
+        typer.Option(
+            "--lease-ttl",
+            help="The lease on the saga in hand: if this worker dies, another takes it this long "
+            "after the last renewal.",
+        ),
+    ] = "30s",
 ) -> None:
     """Recover stuck sagas in a loop until SIGTERM or SIGINT (several may run)."""
     session = session_of(ctx)
     with reporting(session):
         seconds = admin.parse_duration(interval, "--interval")
+        session.lease_ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
+        if session.lease_ttl <= 0:
+            raise ConfigurationError("--lease-ttl must be positive")
         coord = session.coordinator()
         stop = threading.Event()
         with _stopping_on_signals(stop, lambda text: _log(session, text)):

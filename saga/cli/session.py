@@ -39,6 +39,7 @@ class Session:
     apps: list[str]
     debug: bool
     json: bool
+    lease_ttl: float = 30.0
     out: Console = dataclasses.field(default_factory=lambda: _console(stderr=False))
     err: Console = dataclasses.field(default_factory=lambda: _console(stderr=True))
     _coordinator: Coordinator | None = None
@@ -46,7 +47,9 @@ class Session:
     def coordinator(self) -> Coordinator:
         """Opened on first use, so that `--help` and the demo never touch the database."""
         if self._coordinator is None:
-            self._coordinator = admin.open_coordinator(self.url, self.apps)
+            self._coordinator = admin.open_coordinator(
+                self.url, self.apps, lease_ttl=self.lease_ttl
+            )
         return self._coordinator
 
     def close(self) -> None:

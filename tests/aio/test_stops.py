@@ -144,9 +144,12 @@ def test_past_its_deadline_a_saga_stops_at_the_next_step_boundary_and_compensate
     assert undone[-1] == ("one", "1")
     view = any_coord.get(failed.value.saga_id)
     assert view.status is SagaStatus.COMPENSATED
-    # The step whose start commit reported the deadline never ran: skipped, not undone.
-    assert [s.status for s in view.steps][-1] is StepStatus.SKIPPED
-    assert all(s.status is StepStatus.COMPENSATED for s in view.steps[:-1])
+    # A step whose start commit reported the deadline never ran: skipped, not undone.
+    # (An async step in flight may instead be cancelled when the lease renewal notices
+    # the deadline first; it is then compensated like any step that may have acted.)
+    statuses = [s.status for s in view.steps]
+    assert all(s is StepStatus.COMPENSATED for s in statuses[:-1])
+    assert statuses[-1] in (StepStatus.COMPENSATED, StepStatus.SKIPPED)
     turned = [e for e in any_coord.history(view.id) if e.kind == "saga_compensating"]
     assert [e.detail for e in turned] == [{"reason": "deadline passed"}]
     assert_history_replays(any_coord, view.id)  # type: ignore[arg-type]

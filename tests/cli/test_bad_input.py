@@ -23,6 +23,8 @@ UNREACHABLE = "postgresql+psycopg://postgres:s3cr3t@127.0.0.1:1/x"
         (["recover", "nope"], "'nope' is not a saga id"),
         (["compensate", "00000000-0000-0000-0000-000000000000"], "no saga with id"),
         (["purge", "--older-than", "30d", "--status", "runing", "--yes"], "unknown status"),
+        (["worker", "--lease-ttl", "0s"], "--lease-ttl must be positive"),
+        (["worker", "--lease-ttl", "soon"], "--lease-ttl 'soon' is not a duration"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(world: World, args: list[str], expected: str) -> None:

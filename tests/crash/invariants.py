@@ -3,7 +3,8 @@
 * every saga is terminal; none is left running or compensating;
 * completed: every step succeeded and its effect is applied, nothing was undone;
 * compensated / cancelled: no effect remains applied, every compensatable step is
-  compensated, nothing at or past a pivot was undone;
+  compensated (or skipped: a stop came before it ran, and it was never called),
+  nothing at or past a pivot was undone;
 * per step: the effect was applied at most once and undone at most once, and every
   action call came before every compensation call;
 * compensations ran newest first; attempt numbers only grow and never exceed the
@@ -60,7 +61,9 @@ def _check_unwound(
 ) -> None:
     assert not applied, f"{where}: effects left applied: {sorted(applied)}"
     for step in saga.steps:
-        if kind_of(step.name) == "compensatable":
+        if step.status is StepStatus.SKIPPED:  # recorded as started, stopped before it ran
+            assert not book.of(saga.id, step.name), f"{where}: {step.name} skipped, yet called"
+        elif kind_of(step.name) == "compensatable":
             assert step.status is StepStatus.COMPENSATED, f"{where}: {step.name} {step.status}"
         else:
             assert not book.of(saga.id, step.name, "undo"), f"{where}: {step.name} was undone"

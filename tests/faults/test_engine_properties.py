@@ -140,9 +140,12 @@ class EngineMachine(RuleBasedStateMachine):
             reason = engine.stop_reason(self.durable)
             self._write([], [operations.turn(self.durable, reason)], SagaStatus.COMPENSATING)
 
-    def _fail(self, name: str, text: str) -> None:
+    def _fail(self, name: str, error: BaseException | str) -> None:
+        """``error``: what the step raised, or (a str) why it was given up without returning."""
+        text = error if isinstance(error, str) else str(error)
         write, event = engine.failed(self.durable, name, text)
-        status = SagaStatus.FAILED if engine.past_pivot(self.durable) else SagaStatus.COMPENSATING
+        no_way_back = engine.no_unwinding(self.durable, error) is not None
+        status = SagaStatus.FAILED if no_way_back else SagaStatus.COMPENSATING
         moved = engine.moved(self.durable, status, reason="step failed")
         self._write([write], [event, moved], status, text)
 
@@ -185,7 +188,7 @@ class EngineMachine(RuleBasedStateMachine):
             start = engine.start(self.durable, recorded, recorded.attempt + 1)
             self._write([start], list(engine.started_event(start, "boom")))
         else:
-            self._fail(name, "boom")
+            self._fail(name, RuntimeError("boom"))
         figures.count("engine rules")
 
     @precondition(lambda self: self.alive and self.durable.status is SagaStatus.COMPENSATING)
@@ -246,7 +249,12 @@ class EngineMachine(RuleBasedStateMachine):
             refuse(self.durable)
         except OperationRefusedError:
             status = self.durable.status
-            assert status is not SagaStatus.RUNNING or action == "compensate"
+            # A running saga may only be refused a compensate, or a cancel once its pivot
+            # may have acted (it can only go forward).
+            may_refuse = action == "compensate" or (
+                action == "cancel" and engine.pivot_may_have_acted(self.durable)
+            )
+            assert status is not SagaStatus.RUNNING or may_refuse
             return
         assert self.durable.status not in (SagaStatus.COMPLETED, SagaStatus.COMPENSATED)
         if action == "cancel":

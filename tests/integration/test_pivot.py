@@ -192,3 +192,68 @@ def test_on_crash_compensate_goes_forward_past_the_pivot(make_coord: MakeCoordin
     saga_id = second.list()[0].id
     wait_until_expired(second, saga_id)
     assert second.recover().outcomes[0].status is SagaStatus.COMPLETED
+
+
+def _in_doubt_pivot(name: str, undone: list[str], kills: int) -> Saga:
+    """reserve, then a pivot ``ship`` whose process dies (Crash) on its first ``kills`` attempts."""
+    saga = Saga(name)
+
+    @saga.step()
+    def reserve(ctx: StepContext) -> str:
+        return "r"
+
+    @reserve.compensation
+    def release(ctx: StepContext) -> None:
+        undone.append("reserve")
+
+    @saga.step(pivot=True, retry=fast(2))
+    def ship(ctx: StepContext) -> str:
+        if ctx.attempt <= kills:
+            raise Crash("died in the pivot, perhaps after it acted")
+        return "s"
+
+    return saga
+
+
+def test_cancel_is_refused_while_the_pivot_may_have_acted(make_coord: MakeCoordinator) -> None:
+    """Found by the SIGKILL soak: the owner died in the pivot; cancelling would undo
+    ``reserve`` although the pivot may have acted. Refused; recovery goes forward."""
+    undone: list[str] = []
+    saga = _in_doubt_pivot("pivot-in-doubt-cancel", undone, kills=1)
+    first = make_coord(lease_ttl=0.3)
+    with pytest.raises(Crash):
+        first.run(saga)
+    saga_id = first.list()[0].id
+    second = make_coord(lease_ttl=0.3)
+    wait_until_expired(second, saga_id)
+    with pytest.raises(OperationRefusedError, match="pivot"):
+        second.cancel(saga_id)
+    assert second.get(saga_id).cancel_requested is False
+    assert second.recover().outcomes[0].status is SagaStatus.COMPLETED
+    assert undone == []
+
+
+def test_a_pivot_that_never_returns_leaves_the_saga_failed_with_nothing_undone(
+    make_coord: MakeCoordinator,
+) -> None:
+    """Found by the SIGKILL soak: a pivot whose attempts all ended with its process
+    dying may have acted, so running out of attempts must not unwind what came before."""
+    undone: list[str] = []
+    saga = _in_doubt_pivot("pivot-never-returns", undone, kills=2)
+    first = make_coord(lease_ttl=0.3)
+    with pytest.raises(Crash):
+        first.run(saga)
+    saga_id = first.list()[0].id
+    second = make_coord(lease_ttl=0.3)
+    wait_until_expired(second, saga_id)
+    with pytest.raises(Crash):
+        second.recover()  # attempt 2 dies too
+    third = make_coord(lease_ttl=0.3)
+    wait_until_expired(third, saga_id)
+    assert [o.status for o in third.recover().outcomes] == [SagaStatus.FAILED]
+    view = third.get(saga_id)
+    assert view.status is SagaStatus.FAILED
+    assert view.step("reserve").status is StepStatus.SUCCEEDED
+    assert "gave up after 2 attempts" in (view.step("ship").error or "")
+    assert undone == []
+    assert_history_replays(third, saga_id)
