@@ -16,8 +16,7 @@ def postgres_server() -> Iterator[str]:
     with postgres.server_url() as url:
         if url is None:
             reason = (
-                f"no PostgreSQL: set {postgres.ENV_URL} or make Docker available "
-                "(testcontainers)"
+                f"no PostgreSQL: set {postgres.ENV_URL} or make Docker available (testcontainers)"
             )
             if postgres.required():
                 pytest.fail(f"{reason}; {postgres.ENV_REQUIRED}=1 requires it")

@@ -84,9 +84,7 @@ def isolated_schema(url: str) -> Iterator[str]:
         yield with_query(url, options=f"-csearch_path={schema}")
     finally:
         with psycopg.connect(libpq_url(url), autocommit=True) as connection:
-            connection.execute(
-                sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema))
-            )
+            connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 @contextlib.contextmanager
