@@ -90,7 +90,7 @@ class SqliteHotPath:
     def __init__(self, url: str, configure: Callable[[sqlite3.Connection], None]) -> None:
         self.url = masked(url)
         filename, options = _connect_args(make_url(url))
-        self._connect = lambda: sqlite3.connect(filename, **options)
+        self._filename, self._options = filename, options
         self._configure = configure
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -169,7 +169,7 @@ class SqliteHotPath:
             if self._idle:
                 return self._idle.pop()
         try:
-            connection = self._connect()
+            connection: sqlite3.Connection = sqlite3.connect(self._filename, **self._options)
         except sqlite3.Error as error:
             raise self._translated(error) from error
         try:
