@@ -14,7 +14,7 @@ from saga.aio_scope import AsyncSagaScope
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
 from saga.definition import Saga
-from saga.errors import SagaBusyError, SagaFailed
+from saga.errors import OperationRefusedError, SagaBusyError, SagaFailed
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
@@ -119,7 +119,13 @@ class AsyncCoordinator:
     async def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
         if operations.rerun(saga, existing, input_text):
             return view_of(existing)
-        record = await self._claim(existing.id, operations.claimed("rerun"))
+        try:
+            record = await self._claim(existing.id, operations.claimed("rerun"))
+        except SagaBusyError:
+            raise
+        except OperationRefusedError:  # it finished between our read and our claim
+            latest = await asyncio.to_thread(self.sync._load, existing.id)
+            return await self._rerun(saga, latest, input_text)
         if record.status is SagaStatus.COMPENSATING:
             view = await self._unwind(record, saga)
             raise SagaFailed(view.id, view.status, engine.failed_step(record))

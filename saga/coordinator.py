@@ -15,6 +15,7 @@ from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
 from saga.errors import (
     ConfigurationError,
+    OperationRefusedError,
     SagaBusyError,
     SagaFailed,
     UnknownSagaError,
@@ -136,7 +137,12 @@ class Coordinator:
         if operations.rerun(saga, existing, input_text):
             return view_of(existing)
         claim = operations.claimed("rerun")
-        record = self.store.claim(existing.id, self.owner, self.lease_ttl, claim)
+        try:
+            record = self.store.claim(existing.id, self.owner, self.lease_ttl, claim)
+        except SagaBusyError:
+            raise
+        except OperationRefusedError:  # it finished between our read and our claim
+            return self._rerun(saga, self._load(existing.id), input_text)
         if record.status is SagaStatus.COMPENSATING:
             view = self._unwind(record, saga)
             raise SagaFailed(view.id, view.status, engine.failed_step(record))
