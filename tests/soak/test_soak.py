@@ -75,7 +75,10 @@ def _check_processes(report: soak.Report, where: Path) -> None:
     assert not odd, f"processes that died otherwise than by SIGKILL: {odd}\n" + "\n".join(
         f"{d.name}:\n{_tail(where / (d.name + '.log'))}" for d in odd
     )
-    assert all(code == 0 for code in report.stop_codes.values()), report.stop_codes
+    # SIGTERM lets each process finish the saga in hand; a crash-looping step in it may
+    # SIGKILL the process first (-9). The drain and the settling then finish its work,
+    # and every invariant below is still checked.
+    assert all(code in (0, -9) for code in report.stop_codes.values()), report.stop_codes
     assert report.drain_codes[-1:] == [0], report.drain_codes
     assert not report.driver_errors, f"the driver saw errors: {report.driver_errors[:5]}"
     assert not report.bank_problems, f"the bank lost money mid-run: {report.bank_problems[:5]}"
