@@ -10,6 +10,7 @@ from saga import engine, faults
 from saga.codec import encode
 from saga.engine import Cursor
 from saga.errors import INFRASTRUCTURE_ERRORS, OperationRefusedError, SagaFailed
+from saga.lease import Heartbeat
 from saga.parallel import StepCall, bound, run_group_async
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepWrite
@@ -193,12 +194,6 @@ class AsyncSagaScope(ScopeCore):
             return failure
         return SagaFailed(record.id, record.status, None)
 
-    def _hold(self) -> None:
-        assert self._record is not None
-        self._holding = self.coordinator.sync.heartbeat.holding(self._record.id, self._record.epoch)
-        self._holding.__enter__()
-
-    def _release(self) -> None:
-        if self._holding is not None:
-            self._holding.__exit__(None, None, None)
-            self._holding = None
+    @property
+    def _heartbeat(self) -> Heartbeat:
+        return self.coordinator.sync.heartbeat

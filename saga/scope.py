@@ -24,6 +24,7 @@ from saga.errors import (
     OperationRefusedError,
     SagaFailed,
 )
+from saga.lease import Heartbeat
 from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga.refs import reference_of
@@ -203,6 +204,21 @@ class ScopeCore:
         if record.status is not SagaStatus.RUNNING:
             return SagaFailed(record.id, record.status, self._failed_step)
         return None
+
+    @property
+    def _heartbeat(self) -> Heartbeat:
+        raise NotImplementedError
+
+    def _hold(self) -> None:
+        """Keep this saga's lease alive until the block is left."""
+        assert self._record is not None
+        self._holding = self._heartbeat.holding(self._record.id, self._record.epoch)
+        self._holding.__enter__()
+
+    def _release(self) -> None:
+        if self._holding is not None:
+            self._holding.__exit__(None, None, None)
+            self._holding = None
 
     def _next_name(self, base: str) -> str:
         self._names[base] += 1
@@ -410,12 +426,6 @@ class SagaScope(ScopeCore):
             return failure
         return SagaFailed(record.id, record.status, None)
 
-    def _hold(self) -> None:
-        assert self._record is not None
-        self._holding = self.coordinator.heartbeat.holding(self._record.id, self._record.epoch)
-        self._holding.__enter__()
-
-    def _release(self) -> None:
-        if self._holding is not None:
-            self._holding.__exit__(None, None, None)
-            self._holding = None
+    @property
+    def _heartbeat(self) -> Heartbeat:
+        return self.coordinator.heartbeat
