@@ -18,7 +18,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from saga.errors import (
@@ -28,7 +28,16 @@ from saga.errors import (
     StorageError,
     UnknownSagaError,
 )
-from saga.ports import Commit, Event, EventRecord, ListQuery, SagaRecord, StepRecord, StepWrite
+from saga.ports import (
+    Commit,
+    Event,
+    EventRecord,
+    ListQuery,
+    Renewal,
+    SagaRecord,
+    StepRecord,
+    StepWrite,
+)
 from saga.status import SagaStatus
 
 T = TypeVar("T")
@@ -125,6 +134,18 @@ class InMemorySagaStore:
             now = self.now()
             row.saga = dataclasses.replace(row.saga, lease_expires_at=now + lease_ttl)
             return _must_stop(row.saga, now)
+
+    def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:
+        stop: set[str] = set()
+        lost: set[str] = set()
+        with self._lock:
+            for saga_id, epoch in held.items():
+                try:
+                    if self.renew(saga_id, epoch, lease_ttl):
+                        stop.add(saga_id)
+                except LeaseLostError:
+                    lost.add(saga_id)
+        return Renewal(frozenset(stop), frozenset(lost))
 
     def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
         with self._lock:

@@ -7,7 +7,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from saga.errors import LeaseLostError, StorageError
+from saga.errors import StorageError
 from saga.ports import SagaStore
 
 _log = logging.getLogger("saga")
@@ -15,7 +15,8 @@ OnStop = Callable[[], None]
 
 
 class Heartbeat:
-    """Renews the lease of every saga this process is executing, every ``ttl / 3``.
+    """Renews the leases of every saga this process is executing, every ``ttl / 3``, in one
+    statement.
 
     Every commit renews the lease too; the heartbeat matters for long steps.
     A renewal that finds the epoch moved on stops renewing that saga; the
@@ -63,21 +64,32 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._wake.wait(self.lease_ttl / 3):
             with self._lock:
-                held = list(self._held.items())
-            for saga_id, (epoch, on_stop) in held:
-                self._renew(saga_id, epoch, on_stop)
+                held = dict(self._held)
+            if held:
+                self._renew(held)
         self._wake.clear()
 
-    def _renew(self, saga_id: str, epoch: int, on_stop: OnStop | None) -> None:
+    def _renew(self, held: dict[str, tuple[int, OnStop | None]]) -> None:
+        # One statement for every saga held: renewing them one by one took longer
+        # than a lease once a process held a couple of hundred sagas.
         try:
-            stop = self.store.renew(saga_id, epoch, self.lease_ttl)
-            if stop and on_stop is not None:
-                on_stop()
-        except LeaseLostError:
-            with self._lock:
-                self._held.pop(saga_id, None)
-            _log.warning("saga %s: lease lost to another process (epoch %s)", saga_id, epoch)
+            renewal = self.store.renew_many(
+                {s: epoch for s, (epoch, _) in held.items()}, self.lease_ttl
+            )
         except StorageError as error:
-            _log.warning("saga %s: lease renewal failed: %s", saga_id, error)
-        except RuntimeError as error:  # on_stop: the holder's event loop is closed
-            _log.warning("saga %s: could not signal the stop: %s", saga_id, error)
+            _log.warning("lease renewal of %d sagas failed: %s", len(held), error)
+            return
+        for saga_id in renewal.lost:
+            epoch = held[saga_id][0]
+            with self._lock:
+                if self._held.get(saga_id, (None, None))[0] == epoch:
+                    del self._held[saga_id]
+            _log.warning("saga %s: lease lost to another process (epoch %s)", saga_id, epoch)
+        for saga_id in renewal.stop:
+            on_stop = held[saga_id][1]
+            if on_stop is None:
+                continue
+            try:
+                on_stop()
+            except RuntimeError as error:  # the holder's event loop is closed
+                _log.warning("saga %s: could not signal the stop: %s", saga_id, error)

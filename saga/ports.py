@@ -12,7 +12,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
 from saga.status import SagaStatus, StepKind, StepStatus
@@ -137,6 +137,15 @@ class Commit:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Renewal:
+    """What one renewal of many leases found: the sagas that must stop (cancel requested
+    or deadline passed) and the sagas whose epoch was superseded (not renewed)."""
+
+    stop: frozenset[str] = frozenset()
+    lost: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ListQuery:
     """Filters for listing sagas, newest first, one bounded page at a time."""
 
@@ -173,6 +182,11 @@ class SagaStore(Protocol):
     def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
         """Extend the lease; return whether the saga must stop (as ``commit`` does).
         ``LeaseLostError`` if superseded."""
+        ...
+
+    def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:
+        """Extend the leases of ``held`` (saga id -> epoch) in one transaction: what a
+        heartbeat does, so that its cost does not grow with the sagas a process runs."""
         ...
 
     def load(self, saga_id: str) -> SagaRecord | None: ...

@@ -11,7 +11,7 @@ import builtins
 import contextlib
 import json
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -25,6 +25,7 @@ from sqlalchemy import (
     inspect,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.engine import make_url
@@ -47,6 +48,7 @@ from saga.ports import (
     Event,
     EventRecord,
     ListQuery,
+    Renewal,
     SagaRecord,
     StepRecord,
     StepWrite,
@@ -59,6 +61,7 @@ from .dialect import Dialect
 T = TypeVar("T")
 _ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 _CLAIMABLE = (*_ACTIVE, SagaStatus.FAILED.value)  # failed: an operator may act on it
+_RENEW_CHUNK = 500  # leases renewed per statement (bounds the bound parameters)
 
 
 def masked(url: str) -> str:
@@ -364,6 +367,26 @@ class SqlSagaStore:
             if row is None:
                 raise LeaseLostError(saga_id, epoch)
             return bool(row.stop)
+
+        return self._transaction(work)
+
+    def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:
+        pairs = sorted(held.items())
+
+        def work(connection: Connection) -> Renewal:
+            i = t.instances.c
+            stop: set[str] = set()
+            kept: set[str] = set()
+            for start in range(0, len(pairs), _RENEW_CHUNK):
+                rows = connection.execute(
+                    update(t.instances)
+                    .where(tuple_(i.id, i.epoch).in_(pairs[start : start + _RENEW_CHUNK]))
+                    .values(lease_expires_at=self.dialect.now() + lease_ttl)
+                    .returning(i.id, self._stop())
+                ).all()
+                kept.update(row.id for row in rows)
+                stop.update(row.id for row in rows if row.stop)
+            return Renewal(frozenset(stop), frozenset(held) - kept)
 
         return self._transaction(work)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -150,3 +151,32 @@ def test_a_live_lease_cannot_be_claimed_even_by_its_own_coordinator(
     assert view.epoch == 1
     assert len(outcomes) == 1
     assert type(outcomes[0]).__name__ == "SagaBusyError"
+
+
+def test_one_renewal_extends_every_held_lease_and_reports_lost_and_stopped(
+    make_coord: MakeCoordinator,
+) -> None:
+    # More sagas than one statement renews (500), as a busy process holds them.
+    coord, rival = make_coord(lease_ttl=30.0), make_coord(lease_ttl=30.0)
+    with contextlib.ExitStack() as stack:
+        scopes = [stack.enter_context(coord.saga("held", key=f"h-{n}")) for n in range(520)]
+        for scope in scopes:
+            scope.step(steps.credit, "acct", 1)
+        ids = [scope.id for scope in scopes]
+        taken, cancelled = ids[7], ids[511]
+        expire_lease(rival, taken)
+        rival.store.claim(taken, rival.owner, 30.0, Event("lease_claimed"))
+        rival.store.request_cancel(cancelled, Event("cancel_requested"))
+        for saga_id in ids:
+            expire_lease(rival, saga_id)  # so that only a renewal can make them live again
+
+        renewal = coord.store.renew_many({saga_id: 1 for saga_id in ids}, 30.0)
+
+        assert renewal.lost == {taken}
+        assert renewal.stop == {cancelled}
+        now = coord.store.now()
+        leases = {saga_id: coord.get(saga_id).lease_expires_at or 0.0 for saga_id in ids}
+        assert all(now < leases[i] <= now + 30.0 for i in ids if i != taken)
+        assert rival.get(taken).epoch == 2
+        with pytest.raises(LeaseLostError):  # the taken saga's old owner is fenced out
+            stack.close()

@@ -31,19 +31,22 @@ How a saga misbehaves travels in its input (see :mod:`tests.soak.plan`):
 ``fail`` (a business failure, before or after acting), ``flaky`` (a timeout
 after acting, or before acting at the pivot, retried), ``crash`` (the step
 SIGKILLs its own process after acting, on every attempt: a crash loop that
-``max_attempts`` ends), ``nap`` / ``slow`` (how long steps take).
+``max_attempts`` ends), ``nap`` / ``slow`` / ``pace`` (how long steps take).
 
 Workers import this module with ``saga --app tests.soak.bank``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import queue
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -127,27 +130,56 @@ def moves(step: str, data: dict[str, Any]) -> list[Move]:
 
 # -- the bank's database ------------------------------------------------------------------------
 
-_local = threading.local()
+POOL_SIZE = 8
+"""Bank connections per process: a driver runs a couple of hundred threads, and
+PostgreSQL serves about a hundred clients in all."""
 
 
-def _connection(url: str) -> psycopg.Connection[Any]:
-    """This thread's connection to the bank (autocommit: transactions are explicit)."""
-    connections: dict[str, psycopg.Connection[Any]] = _local.__dict__.setdefault("by_url", {})
-    connection = connections.get(url)
-    if connection is None or connection.closed:
-        connection = psycopg.connect(libpq_url(url), autocommit=True, connect_timeout=10)
-        connections[url] = connection
-    return connection
+class _Pool:
+    """A few autocommit connections to one bank, shared by a process's threads."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._idle: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
+        self._slots = threading.BoundedSemaphore(POOL_SIZE)
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for one transaction; one that failed is closed, not returned."""
+        with self._slots:
+            try:
+                connection = self._idle.get_nowait()
+            except queue.Empty:
+                connection = psycopg.connect(
+                    libpq_url(self.url), autocommit=True, connect_timeout=10
+                )
+            try:
+                yield connection
+            except psycopg.OperationalError:
+                connection.close()
+                raise
+            finally:  # a business failure rolled back: the connection is fine
+                if not (connection.closed or connection.broken):
+                    self._idle.put(connection)
+
+
+_pools: dict[str, _Pool] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(url: str) -> _Pool:
+    with _pools_lock:
+        if url not in _pools:
+            _pools[url] = _Pool(url)
+        return _pools[url]
 
 
 def _transaction(url: str, work: Any) -> Any:
     """Run ``work(connection)`` in one transaction; a lost connection is ``BankUnavailable``."""
     try:
-        connection = _connection(url)
-        with connection.transaction():
+        with _pool(url).connection() as connection, connection.transaction():
             return work(connection)
     except psycopg.OperationalError as error:
-        _local.__dict__.get("by_url", {}).pop(url, None)
         raise BankUnavailable(f"bank: {error}") from error
 
 
@@ -307,10 +339,17 @@ def ledger(url: str) -> Ledger:
 # -- the sagas ------------------------------------------------------------------------------------
 
 
+PACED = False
+"""Whether forward steps also take their planned ``pace``: the driver sets it, so that
+a couple of hundred transfers are in flight at once; workers leave it unset and
+finish what they recover quickly."""
+
+
 def _misbehave_before(ctx: StepContext) -> None:
     data = ctx.data
     slow = data.get("slow_for", 0.0) if data.get("slow") == ctx.step else 0.0
-    time.sleep(data.get("nap", 0.0) + slow)
+    pace = data.get("pace", 0.0) if PACED else 0.0
+    time.sleep(data.get("nap", 0.0) + slow + pace)
     fails_before = data.get("fail") == ctx.step and not data.get("fail_after")
     flaky_before = data.get("flaky") == ctx.step and ctx.step == PIVOT and ctx.attempt == 1
     if fails_before or flaky_before:

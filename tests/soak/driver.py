@@ -2,13 +2,15 @@
 
     python -m tests.soak.driver URL BANK_URL JOURNAL --seed S [--threads N] [--lease S] [--drain]
 
-Its threads start transfer after transfer (``coord.run`` with the key
-``t-N`` and the input :func:`tests.soak.plan.planned` draws for ``N``), on a
-short lease, so that whatever a SIGKILL leaves behind is soon claimable by
-the workers. Before each start it appends ``{"begin": N}`` to the journal,
-and ``{"end": N, "outcome": ...}`` once ``coord.run`` returns or raises;
-each line is one ``write`` on an ``O_APPEND`` descriptor, so a SIGKILL loses
-at most the line being written, never a line written before it.
+Its threads (a couple of hundred) start transfer after transfer
+(``coord.run`` with the key ``t-N`` and the input :func:`tests.soak.plan.planned`
+draws for ``N``), their steps taking their planned ``pace`` so that as many
+transfers are in flight at once, on a short lease, so that whatever a SIGKILL
+leaves behind is soon claimable by the workers. Before each start it appends
+``{"begin": N}`` to the journal, and ``{"end": N, "outcome": ...}`` once
+``coord.run`` returns or raises; each line is one ``write`` on an ``O_APPEND``
+descriptor, so a SIGKILL loses at most the line being written, never a line
+written before it.
 
 A driver starting up reads the journal and first re-submits every transfer a
 killed predecessor began and never saw end, with the same key and input, as
@@ -123,10 +125,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("bank")
     parser.add_argument("journal")
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=200)
     parser.add_argument("--lease", type=float, default=1.5)
     parser.add_argument("--drain", action="store_true")
     args = parser.parse_args(argv)
+    bank.PACED = True
 
     begun, ended = read_journal(args.journal)
     again = [n for n in begun if n not in ended]

@@ -41,8 +41,10 @@ class Member:
         with self.log.open("ab") as output:
             output.write(f"--- {self.name} incarnation {self.incarnations}\n".encode())
             output.flush()
+            # Named in pg_stat_activity, to tell whose connections are whose.
+            env = {**child_env(), "PGAPPNAME": f"soak-{self.name}"}
             self.process = subprocess.Popen(
-                self.command, cwd=ROOT, env=child_env(), stdout=output, stderr=output
+                self.command, cwd=ROOT, env=env, stdout=output, stderr=output
             )
 
     def is_ready(self) -> bool:

@@ -14,8 +14,8 @@ from typing import Any
 
 from tests.soak import bank
 
-ACCOUNTS = 16
-OPENING = 1_000
+ACCOUNTS = 32
+OPENING = 5_000
 """Each account's opening balance; transfers of up to 400 make some debits fall short."""
 
 FAULTS = ("clean", "fail", "flaky", "crash")
@@ -50,6 +50,7 @@ def planned(seed: int, n: int, bank_url: str) -> Planned:
         "amount": rng.randint(1, 400),
         "fee": rng.randint(1, 5),
         "nap": round(rng.uniform(0.0, 0.03), 4),
+        "pace": round(rng.uniform(0.05, 0.6), 3),  # in the driver only (bank.PACED)
     }
     if rng.random() < 0.2:  # a slow step: lease renewals, kills and operators land mid-step
         data["slow"] = rng.choice(bank.STEPS)

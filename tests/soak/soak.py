@@ -57,7 +57,7 @@ class Settings:
     seed: int
     seconds: float
     workers: int = 3
-    driver_threads: int = 8
+    driver_threads: int = 300
     driver_lease: float = 1.5
     worker_lease: str = "2s"
     worker_interval: str = "0.2s"
