@@ -117,28 +117,49 @@ class AsyncRunner:
         A transactional action runs in a worker thread, inside the store
         transaction that records its success (see ``Runner.transactional``).
         """
-        last_error: str | None = None
+        # As in Runner.attempts: the first attempt outside tenacity, its error to tenacity.
+        try:
+            return await self._attempt(cursor, name, attempt, timeout, action, data, transactional)
+        except Exception as error:
+            first = error
+        last_error = engine.describe(first)
         async for retry_state in policy.async_retrying(attempts_used=attempt - 1):
             with retry_state:
                 number = attempt - 1 + retry_state.retry_state.attempt_number
-                if number > attempt:
-                    start = engine.start(cursor.record, _recorded(cursor.record, name), number)
-                    events = engine.started_event(start, last_error)
-                    await self._write_start(cursor, start, events)
-                context = self.sync._context(cursor.record, name, number, data)
+                if number == attempt:
+                    raise first
+                start = engine.start(cursor.record, _recorded(cursor.record, name), number)
+                events = engine.started_event(start, last_error)
+                await self._write_start(cursor, start, events)
                 try:
-                    if transactional:
-                        result = await asyncio.to_thread(
-                            self.sync.transactional, cursor, context, action, self.sync._succeeded
-                        )
-                    else:
-                        result = await call(action, context, timeout, name)
+                    return await self._attempt(
+                        cursor, name, number, timeout, action, data, transactional
+                    )
                 except Exception as error:
                     last_error = engine.describe(error)
                     raise
-                faults.point("after_action", name)
-                return result
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    async def _attempt(
+        self,
+        cursor: engine.Cursor,
+        name: str,
+        number: int,
+        timeout: float | None,
+        action: Action,
+        data: Any,
+        transactional: bool,
+    ) -> Any:
+        """Attempt ``number`` of step ``name``'s action (its start is already durable)."""
+        context = self.sync._context(cursor.record, name, number, data)
+        if transactional:
+            result = await asyncio.to_thread(
+                self.sync.transactional, cursor, context, action, self.sync._succeeded
+            )
+        else:
+            result = await call(action, context, timeout, name)
+        faults.point("after_action", name)
+        return result
 
     # -- failing and unwinding ----------------------------------------------------------------
 
@@ -333,7 +354,7 @@ class Forward:
         return False
 
     def _ahead(self) -> SagaRecord:
-        return engine.apply(self.record, engine.commit(self.record, self.carried))
+        return engine.ahead(self.record, self.carried)
 
     async def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
         ahead = before = self._ahead()
@@ -344,7 +365,7 @@ class Forward:
             template = engine.template(ahead, step.name, declared.kind, declared.transactional)
             write = engine.start(ahead, template, step.attempt)
             starts.append(write)
-            ahead = engine.apply(ahead, engine.commit(ahead, [write]))
+            ahead = engine.ahead(ahead, [write])
         events = [*self.carried_events]
         for write in starts:
             events.extend(engine.started_event(write))

@@ -170,7 +170,13 @@ def _completion(step: StepRecord) -> tuple[float, int]:
 
 def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
     """``record`` with ``step`` (same seq) replaced by a newer state of it."""
-    steps, names = _with_steps(record, [step])
+    return ahead(record, [StepWrite(step)])
+
+
+def ahead(record: SagaRecord, writes: Iterable[StepWrite]) -> SagaRecord:
+    """``record`` as it will be once step ``writes`` commit (what the next decision sees
+    before they are written: they travel with the next commit)."""
+    steps, names = _with_steps(record, [write.step for write in writes])
     return _indexed(dataclasses.replace(record, steps=steps), names)
 
 

@@ -116,7 +116,7 @@ class FanOut:
 
     def _ahead(self) -> SagaRecord:
         """The record as it will be once the carried writes are committed."""
-        return engine.apply(self.record, engine.commit(self.record, self.carried))
+        return engine.ahead(self.record, self.carried)
 
     def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
         ahead = before = self._ahead()
@@ -127,7 +127,7 @@ class FanOut:
             template = engine.template(ahead, step.name, declared.kind, declared.transactional)
             write = engine.start(ahead, template, step.attempt)
             starts.append(write)
-            ahead = engine.apply(ahead, engine.commit(ahead, [write]))  # next seq follows
+            ahead = engine.ahead(ahead, [write])  # next seq follows
         events = [*self.carried_events]
         for write in starts:
             events.extend(engine.started_event(write))

@@ -76,7 +76,7 @@ def _first_steps(
         assert step is not None
         template = engine.template(record, step.name, step.kind, step.transactional)
         write = engine.start(record, template, 1)
-        record = engine.apply(record, engine.commit(record, [write]))
+        record = engine.ahead(record, [write])
         writes.append(write)
         events.extend(engine.started_event(write))
     return writes, events

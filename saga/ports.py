@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import itertools
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
@@ -114,8 +116,23 @@ class StepWrite:
     stamp: Stamp = None
 
 
-def _token() -> str:
-    return uuid.uuid4().hex
+class _Tokens:
+    """Commit tokens: a random prefix per process and a counter. Unique as a uuid4 would
+    be, at a tenth of the cost (a token is made for every commit, on the hot path)."""
+
+    def __init__(self) -> None:
+        self.reset()
+        os.register_at_fork(after_in_child=self.reset)  # a forked child gets its own prefix
+
+    def reset(self) -> None:
+        self.prefix = uuid.uuid4().hex[:20]
+        self.counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self.counter):012x}"
+
+
+_token = _Tokens()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -108,7 +108,7 @@ class Runner:
                 continue
             write, event = engine.succeeded(record, step.name, encoded)
             carried, carried_events = [write], [event]
-            ahead = engine.apply(record, engine.commit(record, carried))
+            ahead = engine.ahead(record, carried)
 
     def _start(
         self,
@@ -157,27 +157,47 @@ class Runner:
         A transactional action runs inside a store transaction that also
         records its success: ``cursor.record`` then shows it succeeded.
         """
-        last_error: str | None = None
+        # The first attempt runs outside tenacity, so that the usual case (it succeeds)
+        # costs no retry machinery; its error is handed to tenacity, which decides.
+        try:
+            return self._attempt(cursor, name, attempt, timeout, action, data, transactional)
+        except Exception as error:
+            first = error
+        last_error = engine.describe(first)
         for retry_state in policy.retrying(attempts_used=attempt - 1):
             with retry_state:
                 number = attempt - 1 + retry_state.retry_state.attempt_number
-                if number > attempt:
-                    record = cursor.record
-                    start = engine.start(record, _recorded(record, name), number)
-                    events = engine.started_event(start, last_error)
-                    cursor.record = self.write(record, [start], events)
-                context = self._context(cursor.record, name, number, data)
+                if number == attempt:
+                    raise first
+                record = cursor.record
+                start = engine.start(record, _recorded(record, name), number)
+                events = engine.started_event(start, last_error)
+                cursor.record = self.write(record, [start], events)
                 try:
-                    if transactional:
-                        result = self.transactional(cursor, context, action, self._succeeded)
-                    else:
-                        result = _call(action, context, timeout, name)
+                    return self._attempt(cursor, name, number, timeout, action, data, transactional)
                 except Exception as error:
                     last_error = engine.describe(error)
                     raise
-                faults.point("after_action", name)
-                return result
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
+
+    def _attempt(
+        self,
+        cursor: Cursor,
+        name: str,
+        number: int,
+        timeout: float | None,
+        action: Action,
+        data: Any,
+        transactional: bool,
+    ) -> Any:
+        """Attempt ``number`` of step ``name``'s action (its start is already durable)."""
+        context = self._context(cursor.record, name, number, data)
+        if transactional:
+            result = self.transactional(cursor, context, action, self._succeeded)
+        else:
+            result = _call(action, context, timeout, name)
+        faults.point("after_action", name)
+        return result
 
     def transactional(
         self,

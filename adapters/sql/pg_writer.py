@@ -220,13 +220,16 @@ def _put(
     if len(rows) > SMALL:
         params.update(_columns(prefix, rows, columns))
         return
-    names = [part.split()[0] for part in columns.split(", ")]
     for i, row in enumerate(rows):
-        params.update(
-            {f"{prefix}{i}_{name}": value for name, value in zip(names, row, strict=True)}
-        )
+        params.update(zip(_keys(prefix, i, columns), row, strict=True))
         if epoch is not None:
             params[f"{prefix}{i}_epoch"] = epoch
+
+
+@functools.cache
+def _keys(prefix: str, i: int, columns: str) -> tuple[str, ...]:
+    """The parameter names of row ``i``'s cells (computed once: this is the hot path)."""
+    return tuple(f"{prefix}{i}_{name}" for name in _column_names(columns).split(", "))
 
 
 def _columns(prefix: str, rows: list[tuple[Any, ...]], columns: str) -> dict[str, list[Any]]:
