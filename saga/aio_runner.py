@@ -25,6 +25,7 @@ from saga.codec import decode, encode
 from saga.context import StepContext, entered
 from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.frontier import Frontier
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
 from saga.runner import Action, Runner, undone_outcome
@@ -297,6 +298,10 @@ class Forward:
     completed: list[str] = dataclasses.field(default_factory=list)
     running: dict[asyncio.Task[_Outcome], _Branch] = dataclasses.field(default_factory=dict)
     why_cancelled: str = "cancelled"
+    frontier: Frontier = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.frontier = Frontier(self.saga, self.record)
 
     async def run(self, started: list[engine.RunStep]) -> SagaRecord:
         """Carry the saga forward; ``started`` steps are already durably started."""
@@ -308,8 +313,7 @@ class Forward:
                         continue
                     raise await self._stop()
                 if not self._stopping:
-                    decision = engine.ready(
-                        self.saga,
+                    decision = self.frontier.ready(
                         self._ahead(),
                         {branch.name for branch in self.running.values()},
                         self.saga.max_concurrency - len(self.running),
@@ -325,8 +329,10 @@ class Forward:
                     if not self.running:
                         continue
                 done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
-                outcomes = [self._outcome(task) for task in done]
-                for outcome in sorted(outcomes, key=lambda o: o.ended):
+                outcomes = sorted((self._outcome(task) for task in done), key=lambda o: o.ended)
+                # Each branch wrote only its own step: their states enter the record at once.
+                self.record = engine.ahead(self.record, [StepWrite(o.step) for o in outcomes])
+                for outcome in outcomes:
                     await self._collect(outcome)
                     if self._stopping:
                         await self._flush()
@@ -357,18 +363,9 @@ class Forward:
         return engine.ahead(self.record, self.carried)
 
     async def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
-        ahead = before = self._ahead()
-        starts = []
-        for step in steps:
-            declared = self.saga.by_name(step.name)
-            assert declared is not None
-            template = engine.template(ahead, step.name, declared.kind, declared.transactional)
-            write = engine.start(ahead, template, step.attempt)
-            starts.append(write)
-            ahead = engine.ahead(ahead, [write])
-        events = [*self.carried_events]
-        for write in starts:
-            events.extend(engine.started_event(write))
+        before = self._ahead()
+        starts, started = engine.start_all(self.saga, before, steps)
+        events = [*self.carried_events, *started]
         faults.point("before_start_commit", steps[0].name if steps else None)
         self.record = await self.runner.write(self.record, [*self.carried, *starts], events)
         faults.point("after_start_commit", steps[0].name if steps else None)
@@ -437,16 +434,19 @@ class Forward:
                 task.cancel()
 
     async def _collect(self, outcome: _Outcome) -> None:
-        self.record = engine.with_step(self.record, outcome.step)
+        """Take a finished branch's outcome (its step's state is already in the record)."""
         self.completed.append(outcome.step.name)
         if outcome.error is None and outcome.step.status is StepStatus.SUCCEEDED:
+            self.frontier.succeeded(outcome.step.name)
             return  # transactional: its success was recorded with its own writes
         name = outcome.step.name
         if outcome.error is None:
             encoded = encode(
                 outcome.result, f"result of step {name!r}", self.runner.sync.payload_limit
             )
-            write, event = engine.succeeded(self._ahead(), name, encoded)
+            # self.record holds this step's latest state; the carried writes are others'.
+            write, event = engine.succeeded(self.record, name, encoded)
+            self.frontier.succeeded(name)
         elif not self._stopping:
             await self._fail_first(name, outcome.error)
             return

@@ -21,6 +21,7 @@ from saga import engine, faults
 from saga.codec import decode, encode
 from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, PayloadError
+from saga.frontier import Frontier
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus, StepStatus
 
@@ -48,6 +49,10 @@ class FanOut:
     cancelled: bool = False
     not_run: list[str] = dataclasses.field(default_factory=list)
     completed: list[str] = dataclasses.field(default_factory=list)
+    frontier: Frontier = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.frontier = Frontier(self.saga, self.record)
 
     def run(self, started: list[engine.RunStep]) -> SagaRecord:
         """Carry the saga forward; ``started`` steps are already durably started."""
@@ -66,13 +71,18 @@ class FanOut:
                     self._advance(pool, running)
                     if not running:
                         continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                done, _ = wait(running, return_when=FIRST_COMPLETED)  # result(): errors raise
                 # Steps collected together commit together (they ran at the same
                 # time, so neither depended on the other). Once stopping, each
                 # completion is its own commit: the database's finish times then
                 # give the completion order that unwinding follows.
-                for future in sorted(done, key=lambda f: f.result().ended):
-                    self._collect(running.pop(future), future)
+                finished = sorted(done, key=lambda f: f.result().ended)
+                # Each branch wrote only its own step: their states enter the record at once.
+                self.record = engine.ahead(
+                    self.record, [StepWrite(f.result().step) for f in finished]
+                )
+                for future in finished:
+                    self._collect(running.pop(future), future.result())
                     if self._stopping:
                         self._flush()
                 if not self._stopping:
@@ -91,13 +101,13 @@ class FanOut:
         return False
 
     def _finished(self) -> bool:
-        return isinstance(engine.ready(self.saga, self._ahead(), (), 0), engine.Complete)
+        return self.frontier.complete
 
     def _advance(self, pool: ThreadPoolExecutor, running: dict[Future[_Outcome], _Branch]) -> None:
         """Commit what finished together with the starts of the steps it made ready."""
         names = {branch.name for branch in running.values()}
         room = self.saga.max_concurrency - len(running)
-        decision = engine.ready(self.saga, self._ahead(), names, room)
+        decision = self.frontier.ready(self._ahead(), names, room)
         if isinstance(decision, engine.GiveUp):
             self._fail_first(decision.name, f"gave up after {decision.attempts} attempts")
             return
@@ -119,18 +129,9 @@ class FanOut:
         return engine.ahead(self.record, self.carried)
 
     def _start(self, steps: list[engine.RunStep]) -> list[engine.RunStep]:
-        ahead = before = self._ahead()
-        starts = []
-        for step in steps:
-            declared = self.saga.by_name(step.name)
-            assert declared is not None
-            template = engine.template(ahead, step.name, declared.kind, declared.transactional)
-            write = engine.start(ahead, template, step.attempt)
-            starts.append(write)
-            ahead = engine.ahead(ahead, [write])  # next seq follows
-        events = [*self.carried_events]
-        for write in starts:
-            events.extend(engine.started_event(write))
+        before = self._ahead()
+        starts, started = engine.start_all(self.saga, before, steps)
+        events = [*self.carried_events, *started]
         first = steps[0].name if steps else None
         faults.point("before_start_commit", first)
         self.record = self.runner.write(self.record, [*self.carried, *starts], events)
@@ -168,14 +169,14 @@ class FanOut:
 
         return pool.submit(branch)
 
-    def _collect(self, branch: _Branch, future: Future[_Outcome]) -> None:
-        outcome = future.result()  # infrastructure errors propagate from here
-        self.record = engine.with_step(self.record, outcome.step)
+    def _collect(self, branch: _Branch, outcome: _Outcome) -> None:
+        """Take a finished branch's outcome (its step's state is already in the record)."""
         self.completed.append(branch.name)
         if outcome.error is not None:
             self._branch_failed(branch.name, outcome.error)
             return
         if outcome.step.status is StepStatus.SUCCEEDED:  # transactional: already recorded
+            self.frontier.succeeded(branch.name)
             return
         try:
             encoded = encode(
@@ -184,9 +185,11 @@ class FanOut:
         except PayloadError as error:  # a result that cannot be stored fails its step
             self._branch_failed(branch.name, error)
             return
-        write, event = engine.succeeded(self._ahead(), branch.name, encoded)
+        # self.record holds this step's latest state; the carried writes are other steps'.
+        write, event = engine.succeeded(self.record, branch.name, encoded)
         self.carried.append(write)
         self.carried_events.append(event)
+        self.frontier.succeeded(branch.name)
 
     def _branch_failed(self, name: str, error: BaseException) -> None:
         if not self._stopping:

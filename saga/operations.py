@@ -17,7 +17,7 @@ from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
 from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError, SagaFailed
-from saga.ports import Commit, Event, SagaRecord, StepWrite
+from saga.ports import Commit, Event, SagaRecord
 from saga.status import SagaStatus
 
 Route = Literal["forward", "unwind", "turn"]
@@ -61,25 +61,9 @@ def new_saga(
     )
     first = engine.ready(saga, record, (), saga.max_concurrency)
     started = first if isinstance(first, list) else []
-    writes, events = _first_steps(saga, record, started)
+    writes, events = engine.start_all(saga, record, started)
     change = engine.commit(record, writes, [Event("saga_started"), *events])
     return record, change, started
-
-
-def _first_steps(
-    saga: Saga, record: SagaRecord, steps: list[engine.RunStep]
-) -> tuple[list[StepWrite], list[Event]]:
-    writes: list[StepWrite] = []
-    events: list[Event] = []
-    for run in steps:
-        step = saga.by_name(run.name)
-        assert step is not None
-        template = engine.template(record, step.name, step.kind, step.transactional)
-        write = engine.start(record, template, 1)
-        record = engine.ahead(record, [write])
-        writes.append(write)
-        events.extend(engine.started_event(write))
-    return writes, events
 
 
 def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:

@@ -107,7 +107,10 @@ _STEP_UPDATES = (
     f"error = v.error, started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
     f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END "
     f"FROM {_unnest('u', _UPDATE_COLUMNS)} "
-    f"WHERE s.saga_id = %(id)s AND s.seq = v.seq AND {_FENCED})"
+    # seq = ANY(...) lets the primary key fetch just these rows; joined on v.seq alone,
+    # the planner read every step of the saga each time (quadratic for a large saga).
+    "WHERE s.saga_id = %(id)s AND s.seq = ANY(%(u_seq)s::int[]) AND s.seq = v.seq "
+    f"AND {_FENCED})"
 )
 _STEP_INSERTS = (
     f"ins AS (INSERT INTO saga_steps (saga_id, {_names(_STEP_COLUMNS)}, started_at) "
@@ -209,6 +212,14 @@ def _with_body(head: str, change: Commit, params: dict[str, Any]) -> str:
     return statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts))
 
 
+def prepared(params: dict[str, Any]) -> bool | None:
+    """Whether to let psycopg prepare a commit: yes for the usual small ones (planned
+    once, then only executed); never when rows travel as arrays. PostgreSQL's generic
+    plan for those joins every step of the saga instead of fetching the few named by
+    the array, which made each commit of a 10,000-step saga cost more than the last."""
+    return False if any(isinstance(value, list) for value in params.values()) else None
+
+
 def _put(
     prefix: str,
     rows: list[tuple[Any, ...]],
@@ -288,14 +299,14 @@ class PostgresHotPath:
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool:
         """Insert the saga with its first commit; False when (name, key) or id clashed."""
         sql, params = create_sql(saga, first, lease_ttl)
-        return execute_one(self.engine, sql, params) is not None
+        return execute_one(self.engine, sql, params, prepared(params)) is not None
 
     def commit(self, change: Commit, lease_ttl: float) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing."""
         del lease_ttl  # leases are renewed by the heartbeat, not by commits
         sql, params = commit_sql(change)
-        row = execute_one(self.engine, sql, params)
+        row = execute_one(self.engine, sql, params, prepared(params))
         return None if row is None else bool(row[0])
 
     def close(self) -> None:

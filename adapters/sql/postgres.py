@@ -79,9 +79,12 @@ class PostgresDialect:
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
 
 
-def execute_one(engine: Engine, statement: str, params: dict[str, Any]) -> Any:
+def execute_one(
+    engine: Engine, statement: str, params: dict[str, Any], prepare: bool | None = None
+) -> Any:
     """Run one statement on a raw psycopg connection; return its first row (or None).
 
+    ``prepare`` as psycopg takes it (None: prepared once used a few times).
     Driver errors become saga's: a broken connection is thrown away and
     reported as ``StorageUnavailableError`` (retried by the store).
     """
@@ -91,7 +94,7 @@ def execute_one(engine: Engine, statement: str, params: dict[str, Any]) -> Any:
         raise StorageUnavailableError(_first_line(error)) from error
     try:
         cursor = connection.cursor()
-        cursor.execute(statement, params)
+        cursor.execute(statement, params, prepare=prepare)
         row = cursor.fetchone()
         cursor.close()
         return row
