@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import psycopg
@@ -93,7 +94,7 @@ def execute_one(
     except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
         raise StorageUnavailableError(_first_line(error)) from error
     try:
-        cursor = connection.cursor()
+        cursor = typing.cast("psycopg.Cursor[Any]", connection.cursor())  # psycopg's own
         cursor.execute(statement, params, prepare=prepare)
         row = cursor.fetchone()
         cursor.close()
