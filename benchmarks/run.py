@@ -59,7 +59,9 @@ class Plan:
 
 
 FULL = Plan(
-    n={"w1": 300, "w2": 400, "w3": 150, "w4": 150, "w5": 5},
+    # w1 and w2 carry the ratio targets: 1,000 sagas a repetition, so that each system's
+    # turn lasts long enough for the noise of a shared machine to average out.
+    n={"w1": 1000, "w2": 1000, "w3": 150, "w4": 150, "w5": 5},
     n_sqlite={"w1": 200, "w2": 200, "w3": 60, "w4": 60, "w5": 2},
     commit_n={"w1": 100, "w3": 50, "w4": 50, "w5": 3},
 )

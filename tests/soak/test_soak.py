@@ -102,7 +102,9 @@ def _figures(report: soak.Report, verdict: Verdict) -> None:
         "soak: SIGKILLs by the killer, of the driver": by_target["driver"],
         "soak: SIGKILLs by the killer, of a worker": by_target["worker"],
         "soak: processes killed by their own crash-looping step": len(self_kills),
-        "soak: transfers re-submitted by a restarted driver": report.resubmitted,
+        "soak: re-submissions by restarted drivers (a transfer may be re-submitted by several)": (
+            report.resubmitted
+        ),
         "soak: operator cancel/compensate commands that acted": len(acted),
         "soak: operator commands refused (exit 1)": len(report.actions) - len(acted),
         "soak: peak of sagas running or compensating at once": report.peak_unfinished,
