@@ -18,7 +18,8 @@ class Heartbeat:
     """Renews the leases of every saga this process is executing, every ``ttl / 3``, in one
     statement.
 
-    Every commit renews the lease too; the heartbeat matters for long steps.
+    Commits leave the lease alone (a commit stays a small in-place update), so
+    the heartbeat alone keeps it alive, however many sagas the process runs.
     A renewal that finds the epoch moved on stops renewing that saga; the
     executor notices at its next (fenced) write. A renewal that finds a
     cancel request or a passed deadline calls the holder's ``on_stop`` (from
