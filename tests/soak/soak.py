@@ -58,7 +58,7 @@ class Settings:
     seconds: float
     workers: int = 3
     driver_threads: int = 300
-    driver_lease: float = 1.5
+    driver_lease: float = 3.0
     worker_lease: str = "2s"
     worker_interval: str = "0.2s"
 
