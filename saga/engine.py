@@ -362,13 +362,21 @@ def release(record: SagaRecord) -> Commit:
     return Commit(saga_id=record.id, epoch=record.epoch, release=True)
 
 
-def template(record: SagaRecord, name: str, kind: StepKind, transactional: bool) -> StepRecord:
-    """The step as recorded, or a new one placed after every recorded step."""
+def template(
+    record: SagaRecord, name: str, kind: StepKind, transactional: bool, seq: int | None = None
+) -> StepRecord:
+    """The step as recorded, or a new one placed at ``seq`` (by default after every
+    recorded step)."""
     existing = record.step(name)
     if existing is not None:
         return existing
-    seq = record.steps[-1].seq + 1 if record.steps else 1  # steps are kept in seq order
+    if seq is None:
+        seq = _next_seq(record)
     return StepRecord(name, seq, StepStatus.PENDING, 0, kind=kind, transactional=transactional)
+
+
+def _next_seq(record: SagaRecord) -> int:
+    return record.steps[-1].seq + 1 if record.steps else 1  # steps are kept in seq order
 
 
 def start_all(
@@ -377,24 +385,16 @@ def start_all(
     """The start writes of ``steps``, and their events: a recorded step is restarted, a
     new one placed after every recorded step, in the order given (what starting them one
     at a time gives, without a copy of the record per step)."""
-    seq = record.steps[-1].seq + 1 if record.steps else 1
+    seq = _next_seq(record)
     writes: list[StepWrite] = []
     events: list[Event] = []
     for run in steps:
-        template = record.step(run.name)
-        if template is None:
-            declared = saga.by_name(run.name)
-            assert declared is not None
-            template = StepRecord(
-                run.name,
-                seq,
-                StepStatus.PENDING,
-                0,
-                kind=declared.kind,
-                transactional=declared.transactional,
-            )
+        declared = saga.by_name(run.name)
+        assert declared is not None
+        step = template(record, run.name, declared.kind, declared.transactional, seq)
+        if step.seq == seq:  # a new step: the next one goes after it
             seq += 1
-        write = start(record, template, run.attempt)
+        write = start(record, step, run.attempt)
         writes.append(write)
         events.extend(started_event(write))
     return writes, events

@@ -71,11 +71,12 @@ class FanOut:
                     self._advance(pool, running)
                     if not running:
                         continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)  # result(): errors raise
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
                 # Steps collected together commit together (they ran at the same
                 # time, so neither depended on the other). Once stopping, each
                 # completion is its own commit: the database's finish times then
                 # give the completion order that unwinding follows.
+                # result() re-raises infrastructure errors (lost lease, dead database).
                 finished = sorted(done, key=lambda f: f.result().ended)
                 # Each branch wrote only its own step: their states enter the record at once.
                 self.record = engine.ahead(
