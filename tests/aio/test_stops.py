@@ -256,11 +256,15 @@ def test_cancel_from_another_process_stops_a_running_saga(
 ) -> None:
     saga = Saga("stop-cancel")
     saga_ids: list[str] = []
+    cancel_answered = threading.Event()
 
     @saga.step()
     def hold(ctx: StepContext) -> str:
         saga_ids.append(ctx.saga_id)
         wait_for_cancel_request(any_coord.store, ctx.saga_id)
+        # Still running when the cancel command reads the saga back: otherwise whether
+        # it prints running or compensating is a race with this owner's next commit.
+        assert cancel_answered.wait(60), "the cancel command never returned"
         return "held"
 
     @hold.compensation
@@ -293,6 +297,7 @@ def test_cancel_from_another_process_stops_a_running_saga(
             check=False,
         )
     finally:
+        cancel_answered.set()
         thread.join(30)
     assert cancel.returncode == 0, cancel.stderr
     assert cancel.stdout.strip() == "running"  # the live owner stops by itself
