@@ -25,10 +25,12 @@ from saga.errors import (
     LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
+    SagaChangedError,
     StorageError,
     UnknownSagaError,
 )
 from saga.ports import (
+    ClaimGuard,
     Commit,
     Event,
     EventRecord,
@@ -37,6 +39,7 @@ from saga.ports import (
     SagaRecord,
     StepRecord,
     StepWrite,
+    guard_broken,
 )
 from saga.status import SagaStatus
 
@@ -147,7 +150,14 @@ class InMemorySagaStore:
                     lost.add(saga_id)
         return Renewal(frozenset(stop), frozenset(lost))
 
-    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+    def claim(
+        self,
+        saga_id: str,
+        owner: str,
+        lease_ttl: float,
+        event: Event,
+        guard: ClaimGuard | None = None,
+    ) -> SagaRecord:
         with self._lock:
             row = self._rows.get(saga_id)
             if row is None:
@@ -157,6 +167,9 @@ class InMemorySagaStore:
                 raise OperationRefusedError(
                     saga_id, f"saga {saga_id} is already {row.saga.status.value}"
                 )
+            changed = guard_broken(self._loaded(saga_id), guard)
+            if changed is not None:
+                raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
             if not _free(row.saga, now):
                 raise SagaBusyError(
                     saga_id,

@@ -16,7 +16,7 @@ from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.errors import OperationRefusedError, SagaBusyError, SagaFailed
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import EventRecord, SagaRecord, SagaStore
+from saga.ports import ClaimGuard, Event, EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
 from saga.store import async_store
@@ -224,7 +224,9 @@ class AsyncCoordinator:
         operations.refuse_compensate(record)
         saga = self.sync._saga_for(record)
         self.sync.runner.check_compensations(record, saga)  # refuse before changing anything
-        record = await self._claim(saga_id, operations.by_operator(action))
+        guard = operations.compensate_guard(record)
+        event = operations.by_operator(action)
+        record = await self._claim_guarded(saga_id, event, guard, operations.refuse_compensate)
         fresh = record.status is SagaStatus.FAILED
         if record.status is not SagaStatus.COMPENSATING:
             record = await self._turn(record, "operator compensate")
@@ -236,26 +238,30 @@ class AsyncCoordinator:
         operations.refuse_resume(record)
         saga = self.sync._saga_for(record)
         assert saga is not None
-        record = await self._claim(saga_id, operations.by_operator("resume"))
+        guard = operations.resume_guard(record)
+        event = operations.by_operator("resume")
+        record = await self._claim_guarded(saga_id, event, guard, operations.refuse_resume)
         return await self._forward(saga, record)
 
     async def cancel(self, saga_id: str) -> SagaView:
-        """Ask a running saga to stop at its next step boundary and unwind."""
+        """Ask a running saga to stop at its next step boundary and unwind; see
+        ``Coordinator.cancel``."""
         record = await asyncio.to_thread(self.sync._load, saga_id)
         operations.refuse_cancel(record)
-        # A live owner unwinds the saga itself: this process need not know its definition.
-        live = operations.lease_live(record, await self.store.call(self.sync.store.now))
-        saga = self.sync._saga_for(record) if not live else self.sync._saga_if_known(record)
         await self.store.call(
             self.sync.store.request_cancel, saga_id, operations.by_operator("cancel")
         )
+        saga = self.sync._saga_if_known(record)
+        if saga is None and record.kind == "declarative":
+            return await self.get(saga_id)  # recorded; a process with the definition unwinds it
         try:
-            record = await self._claim(saga_id, operations.claimed("cancel"))
+            claim, guard = operations.claimed("cancel"), operations.cancel_guard()
+            record = await self._claim_guarded(saga_id, claim, guard, operations.refuse_cancel)
         except SagaBusyError:
             return await self.get(saga_id)  # its live owner stops at the next step boundary
-        if record.status is not SagaStatus.RUNNING:
-            return view_of(record)
-        if saga is None and record.kind == "declarative":  # its owner died meanwhile
-            await asyncio.to_thread(self.sync._release, saga_id)
-            saga = self.sync._saga_for(record)  # UnknownSagaError; recovery honours the request
         return await self._unwind(await self._turn(record, "cancel requested"), saga)
+
+    async def _claim_guarded(
+        self, saga_id: str, event: Event, guard: ClaimGuard, refuse: Callable[[SagaRecord], None]
+    ) -> SagaRecord:
+        return await self.store.call(self.sync.claim_guarded, saga_id, event, guard, refuse)

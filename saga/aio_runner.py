@@ -169,7 +169,7 @@ class AsyncRunner:
     ) -> SagaFailed:
         """Record step ``name``'s failure, unwind if allowed; return what to raise."""
         text = error if isinstance(error, str) else engine.describe(error)
-        write, event = engine.failed(record, name, text)
+        write, event = engine.failed(record, name, text, outcome_unknown=isinstance(error, str))
         why = engine.no_unwinding(record, error)
         if why is not None:
             stop = engine.moved(record, SagaStatus.FAILED, reason=why)
@@ -465,7 +465,7 @@ class Forward:
             return
         self._cancel_in_flight(f"cancelled: step {name!r} failed")
         text = _text(error)
-        write, event = engine.failed(ahead, name, text)
+        write, event = engine.failed(ahead, name, text, outcome_unknown=isinstance(error, str))
         turn = engine.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
         writes, events = [*self.carried, write], [*self.carried_events, event, turn]
         self.carried, self.carried_events = [], []

@@ -17,13 +17,14 @@ from saga.errors import (
     ConfigurationError,
     OperationRefusedError,
     SagaBusyError,
+    SagaChangedError,
     SagaFailed,
     UnknownSagaError,
 )
 from saga.lease import Heartbeat
 from saga.operations import operator_detail as operator_detail  # re-exported for callers
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import Event, EventRecord, ListQuery, SagaRecord, SagaStore
+from saga.ports import ClaimGuard, Event, EventRecord, ListQuery, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.runner import Runner
@@ -297,8 +298,9 @@ class Coordinator:
         operations.refuse_compensate(record)
         saga = self._saga_for(record)
         self.runner.check_compensations(record, saga)  # refuse before changing anything
-        claim = operations.by_operator(action)
-        record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
+        guard = operations.compensate_guard(record)
+        event = operations.by_operator(action)
+        record = self.claim_guarded(record.id, event, guard, operations.refuse_compensate)
         fresh = record.status is SagaStatus.FAILED
         if record.status is not SagaStatus.COMPENSATING:
             record = self._turn(record, "operator compensate")
@@ -310,29 +312,47 @@ class Coordinator:
         operations.refuse_resume(record)
         saga = self._saga_for(record)
         assert saga is not None
-        claim = operations.by_operator("resume")
-        record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
+        guard = operations.resume_guard(record)
+        event = operations.by_operator("resume")
+        record = self.claim_guarded(record.id, event, guard, operations.refuse_resume)
         return self._forward(saga, record)
 
     def cancel(self, saga_id: str) -> SagaView:
-        """Ask a running saga to stop at its next step boundary and unwind."""
+        """Ask a running saga to stop at its next step boundary and unwind.
+
+        The request is recorded first, whatever follows: a live owner honours it at
+        its next step boundary; a stuck saga is unwound here if this process knows its
+        definition, else by the recovery of a process that does.
+        """
         record = self._load(saga_id)
         operations.refuse_cancel(record)
-        # A live owner unwinds the saga itself: this process need not know its definition.
-        live = operations.lease_live(record, self.store.now())
-        saga = self._saga_for(record) if not live else self._saga_if_known(record)
         self.store.request_cancel(saga_id, operations.by_operator("cancel"))
-        claim = operations.claimed("cancel")
+        saga = self._saga_if_known(record)
+        if saga is None and record.kind == "declarative":
+            return self.get(saga_id)  # recorded; a process with the definition unwinds it
         try:
-            record = self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
+            claim = operations.claimed("cancel")
+            guard = operations.cancel_guard()
+            record = self.claim_guarded(saga_id, claim, guard, operations.refuse_cancel)
         except SagaBusyError:
             return self.get(saga_id)  # its live owner stops at the next step boundary
-        if record.status is not SagaStatus.RUNNING:
-            return view_of(record)
-        if saga is None and record.kind == "declarative":  # its owner died meanwhile
-            self._release(saga_id)
-            saga = self._saga_for(record)  # UnknownSagaError; recovery honours the request
         return self._unwind(self._turn(record, "cancel requested"), saga)
+
+    def claim_guarded(
+        self,
+        saga_id: str,
+        event: Event,
+        guard: ClaimGuard,
+        refuse: Callable[[SagaRecord], None],
+    ) -> SagaRecord:
+        """Claim the saga for an operator's verb, on the condition the verb was decided
+        under (``guard``, checked inside the claim). If the saga moved on since it was
+        read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
+        try:
+            return self.store.claim(saga_id, self.owner, self.lease_ttl, event, guard)
+        except SagaChangedError:
+            refuse(self._load(saga_id))
+            raise
 
     def _saga_if_known(self, record: SagaRecord) -> Saga | None:
         try:

@@ -15,13 +15,21 @@ from collections.abc import Collection, Iterable, Sequence
 from saga.codec import Encoded
 from saga.definition import Saga
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
-from saga.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
+from saga.status import (
+    PIVOT_ACTED,
+    SagaStatus,
+    StepKind,
+    StepStatus,
+    check_saga_move,
+    check_step_move,
+)
 
 MAX_ERROR_LENGTH = 2000
 _MAY_HAVE_ACTED = (
     StepStatus.SUCCEEDED,
     StepStatus.RUNNING,
     StepStatus.FAILED,
+    StepStatus.IN_DOUBT,
     StepStatus.COMPENSATING,
 )
 
@@ -102,15 +110,21 @@ def past_pivot(record: SagaRecord) -> bool:
 
 
 def pivot_may_have_acted(record: SagaRecord) -> bool:
-    """Whether a pivot succeeded or started and never reported back (a crash mid-pivot).
+    """Whether a pivot succeeded, started and never reported back (a crash mid-pivot),
+    or was given up without its outcome ever being learnt (``in_doubt``).
 
-    Either way its irreversible effect may exist, so recovery must not unwind:
-    it goes forward, re-running an unconfirmed pivot to learn its outcome.
+    Either way its irreversible effect may exist, so nothing may be unwound:
+    recovery goes forward, re-running an unconfirmed pivot to learn its outcome.
     """
-    return any(
-        s.kind is StepKind.PIVOT and s.status in (StepStatus.SUCCEEDED, StepStatus.RUNNING)
-        for s in record.steps
-    )
+    return any(s.kind is StepKind.PIVOT and s.status in PIVOT_ACTED for s in record.steps)
+
+
+def pivot_in_doubt(record: SagaRecord) -> StepRecord | None:
+    """The pivot that was given up without its outcome being learnt, if any."""
+    for step in record.steps:
+        if step.kind is StepKind.PIVOT and step.status is StepStatus.IN_DOUBT:
+            return step
+    return None
 
 
 def no_unwinding(record: SagaRecord, error: BaseException | str) -> str | None:
@@ -193,9 +207,12 @@ def unwound_status(record: SagaRecord) -> SagaStatus:
 def failed_step(record: SagaRecord) -> str | None:
     """The step whose failure made the saga unwind, if any."""
     for step in sorted(record.steps, key=lambda s: s.seq, reverse=True):
-        if step.error is not None and step.status in (StepStatus.FAILED, StepStatus.COMPENSATED):
+        if step.error is not None and step.status in _FAILURE_SHOWN:
             return step.name
     return None
+
+
+_FAILURE_SHOWN = (StepStatus.FAILED, StepStatus.IN_DOUBT, StepStatus.COMPENSATED)
 
 
 # -- records -----------------------------------------------------------------------------
@@ -236,13 +253,19 @@ def succeeded(record: SagaRecord, name: str, result: Encoded) -> tuple[StepWrite
     return StepWrite(new, stamp="finished"), Event("step_succeeded", name, step.attempt)
 
 
-def failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:
+def failed(
+    record: SagaRecord, name: str, error: str, outcome_unknown: bool = False
+) -> tuple[StepWrite, Event]:
+    """Step ``name`` failed for good. ``outcome_unknown``: it was given up because no
+    attempt ever returned (each crashed its process), so it may have acted; it is then
+    recorded ``in_doubt``, except a transactional step, whose transaction rolled back."""
     step = _recorded(record, name)
-    check_step_move(name, step.status, StepStatus.FAILED)
-    new = dataclasses.replace(step, status=StepStatus.FAILED, error=error)
-    return StepWrite(new, stamp="finished"), Event(
-        "step_failed", name, step.attempt, {"error": error}
-    )
+    in_doubt = outcome_unknown and not step.transactional
+    status = StepStatus.IN_DOUBT if in_doubt else StepStatus.FAILED
+    check_step_move(name, step.status, status)
+    new = dataclasses.replace(step, status=status, error=error)
+    kind = "step_in_doubt" if in_doubt else "step_failed"
+    return StepWrite(new, stamp="finished"), Event(kind, name, step.attempt, {"error": error})
 
 
 def not_run(record: SagaRecord, names: Iterable[str]) -> tuple[list[StepWrite], list[Event]]:

@@ -9,7 +9,8 @@
     ├── UnsafeReferenceError        a function that is not importable, or an untrusted reference
     ├── UnknownSagaError            no saga with that id, or no definition with that name
     ├── OperationRefusedError       an operator action that makes no sense in the saga's state
-    │   └── SagaBusyError           another live process holds the saga's lease
+    │   ├── SagaBusyError           another live process holds the saga's lease
+    │   └── SagaChangedError        the saga moved on between an operator's read and claim
     ├── LeaseLostError (LeaseLost)  this process's claim on a saga was taken over: it stops at once
     ├── StepTimeoutError            a step's action ran past its timeout (also a TimeoutError)
     ├── ConfigurationError          a bad URL, an unknown scheme, a bad setting
@@ -89,6 +90,12 @@ class OperationRefusedError(SagaError):
 
 class SagaBusyError(OperationRefusedError):
     """Another live process holds the saga's lease."""
+
+
+class SagaChangedError(OperationRefusedError):
+    """The saga changed between the read an operator's action was decided on and the claim
+    that would carry it out (its status or epoch moved, or a pivot may have acted): the
+    claim was refused and nothing was written. Look again and decide again."""
 
 
 class LeaseLostError(SagaError):

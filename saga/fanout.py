@@ -211,7 +211,7 @@ class FanOut:
         if engine.pivot_may_have_acted(ahead):
             return
         text = error if isinstance(error, str) else engine.describe(error)
-        write, event = engine.failed(ahead, name, text)
+        write, event = engine.failed(ahead, name, text, outcome_unknown=isinstance(error, str))
         turn = engine.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
         writes, events = [*self.carried, write], [*self.carried_events, event, turn]
         self.carried, self.carried_events = [], []

@@ -17,7 +17,7 @@ from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
 from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError, SagaFailed
-from saga.ports import Commit, Event, SagaRecord
+from saga.ports import ClaimGuard, Commit, Event, SagaRecord
 from saga.status import SagaStatus
 
 Route = Literal["forward", "unwind", "turn"]
@@ -120,13 +120,22 @@ def turn(record: SagaRecord, why: str) -> Event:
 
 
 def refuse_compensate(record: SagaRecord) -> None:
+    """Refuse to unwind a finished saga, or one whose pivot may have acted."""
     if record.status.is_finished:
         raise OperationRefusedError(record.id, f"saga {record.id} is already {record.status.value}")
     if engine.past_pivot(record):
         raise OperationRefusedError(
             record.id, f"saga {record.id} passed its pivot step; it can only go forward"
         )
-    if engine.pivot_may_have_acted(record) and record.status is SagaStatus.RUNNING:
+    doubt = engine.pivot_in_doubt(record)
+    if doubt is not None:
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id}: pivot step {doubt.name!r} was given up without its outcome "
+            "being learnt, so it may have acted; if it did not, record that first: "
+            f"saga mark-step {record.id} --step {doubt.name} --did-not-happen --reason TEXT",
+        )
+    if engine.pivot_may_have_acted(record):
         raise OperationRefusedError(
             record.id,
             f"saga {record.id} started its pivot step and never learnt how it ended; "
@@ -163,6 +172,26 @@ def refuse_cancel(record: SagaRecord) -> None:
             f"saga {record.id} started its pivot step, which may have acted; it can only go "
             "forward (resume it if it is stuck)",
         )
+
+
+# What each verb's claim requires, checked by the store inside the claim itself: the
+# refusals above only look at an earlier read, and the saga may move on before the claim.
+
+
+def compensate_guard(record: SagaRecord) -> ClaimGuard:
+    """Unwinding needs the saga as it was read: same status, nobody claimed it since,
+    and no pivot that may have acted (the owner may pass its pivot meanwhile)."""
+    return ClaimGuard(frozenset({record.status}), record.epoch, before_pivot=True)
+
+
+def resume_guard(record: SagaRecord) -> ClaimGuard:
+    return ClaimGuard(frozenset({SagaStatus.RUNNING}), record.epoch)
+
+
+def cancel_guard() -> ClaimGuard:
+    """A cancel unwinds a running saga whose pivot has not acted: the request itself is
+    already recorded, so whoever claimed the saga since (and carries it on) honours it."""
+    return ClaimGuard(frozenset({SagaStatus.RUNNING}), before_pivot=True)
 
 
 def lease_live(record: SagaRecord, now: float) -> bool:

@@ -166,7 +166,9 @@ class Group:
             write, event = engine.succeeded(record, name, done.encoded)
             return [write], [event], None, None
         text = done.error if isinstance(done.error, str) else engine.describe(done.error)
-        write, event = engine.failed(record, name, text)
+        write, event = engine.failed(
+            record, name, text, outcome_unknown=isinstance(done.error, str)
+        )
         if self.failure is not None:
             return [write], [event], None, None
         self.failure = (name, done.error)

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
-from saga.status import SagaStatus, StepKind, StepStatus
+from saga.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
 T = TypeVar("T")
 SagaKind = Literal["declarative", "imperative"]
@@ -154,6 +154,34 @@ class Commit:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ClaimGuard:
+    """What an operator's claim requires of the saga, checked by the store inside the
+    transaction that raises the epoch (never on an earlier read): the saga is in one of
+    ``statuses``, still at ``epoch`` (nobody claimed it since it was read), and, with
+    ``before_pivot``, no pivot step may have acted (``engine.PIVOT_ACTED``). A claim
+    whose guard fails changes nothing and raises ``SagaChangedError``."""
+
+    statuses: frozenset[SagaStatus]
+    epoch: int | None = None
+    before_pivot: bool = False
+
+
+def guard_broken(record: SagaRecord, guard: ClaimGuard | None) -> str | None:
+    """What about ``record`` breaks ``guard``, in words; None when it holds."""
+    if guard is None:
+        return None
+    if record.status not in guard.statuses:
+        return f"it is {record.status.value} now"
+    if guard.epoch is not None and record.epoch != guard.epoch:
+        return f"another process claimed it (epoch {guard.epoch} -> {record.epoch})"
+    if guard.before_pivot:
+        for step in record.steps:
+            if step.kind is StepKind.PIVOT and step.status in PIVOT_ACTED:
+                return f"its pivot step {step.name!r} is {step.status.value}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Renewal:
     """What one renewal of many leases found: the sagas that must stop (cancel requested
     or deadline passed) and the sagas whose epoch was superseded (not renewed)."""
@@ -210,8 +238,16 @@ class SagaStore(Protocol):
 
     def find(self, name: str, key: str) -> SagaRecord | None: ...
 
-    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
-        """Take the saga (epoch + 1) unless another owner's lease is live (``SagaBusyError``)."""
+    def claim(
+        self,
+        saga_id: str,
+        owner: str,
+        lease_ttl: float,
+        event: Event,
+        guard: ClaimGuard | None = None,
+    ) -> SagaRecord:
+        """Take the saga (epoch + 1) unless another owner's lease is live (``SagaBusyError``)
+        or ``guard`` no longer holds (``SagaChangedError``)."""
         ...
 
     def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:

@@ -245,7 +245,7 @@ class Runner:
     ) -> SagaFailed:
         """Record step ``name``'s failure, unwind if allowed; return what to raise."""
         text = error if isinstance(error, str) else engine.describe(error)
-        write, event = engine.failed(record, name, text)
+        write, event = engine.failed(record, name, text, outcome_unknown=isinstance(error, str))
         why = engine.no_unwinding(record, error)
         if why is not None:
             stop = engine.moved(record, SagaStatus.FAILED, reason=why)

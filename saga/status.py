@@ -34,6 +34,9 @@ class StepStatus(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    IN_DOUBT = "in_doubt"
+    """Gave up without ever learning how it ended (its process died on every attempt):
+    it may have acted. Not the same as ``failed``, whose action is known to have raised."""
     COMPENSATING = "compensating"
     COMPENSATED = "compensated"
     SKIPPED = "skipped"
@@ -45,6 +48,11 @@ class StepKind(StrEnum):
     COMPENSATABLE = "compensatable"
     PIVOT = "pivot"
     RETRIABLE = "retriable"
+
+
+PIVOT_ACTED = frozenset({StepStatus.SUCCEEDED, StepStatus.RUNNING, StepStatus.IN_DOUBT})
+"""A pivot step in one of these may have had its irreversible effect: nothing before it
+may be unwound. Stores check the same set inside the claim of an unwinding verb."""
 
 
 _SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
@@ -70,12 +78,15 @@ _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
             StepStatus.RUNNING,
             StepStatus.SUCCEEDED,
             StepStatus.FAILED,
+            StepStatus.IN_DOUBT,
             StepStatus.COMPENSATING,
             StepStatus.SKIPPED,
         }
     ),
     StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
     StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    # in_doubt -> failed: an operator says the action did not happen (saga mark-step).
+    StepStatus.IN_DOUBT: frozenset({StepStatus.COMPENSATING, StepStatus.FAILED}),
     # compensating -> compensating is the next attempt of the compensation.
     StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),
     StepStatus.COMPENSATED: frozenset(),

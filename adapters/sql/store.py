@@ -38,12 +38,14 @@ from saga.errors import (
     LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
+    SagaChangedError,
     StorageError,
     StorageUnavailableError,
     UnknownSagaError,
 )
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import (
+    ClaimGuard,
     Commit,
     Event,
     EventRecord,
@@ -52,8 +54,9 @@ from saga.ports import (
     SagaRecord,
     StepRecord,
     StepWrite,
+    guard_broken,
 )
-from saga.status import SagaStatus, StepKind, StepStatus
+from saga.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
 from . import tables as t
 from .dialect import Dialect
@@ -390,7 +393,14 @@ class SqlSagaStore:
 
         return self._transaction(work)
 
-    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+    def claim(
+        self,
+        saga_id: str,
+        owner: str,
+        lease_ttl: float,
+        event: Event,
+        guard: ClaimGuard | None = None,
+    ) -> SagaRecord:
         token = uuid.uuid4().hex  # lets a retry recognise a claim whose acknowledgement was lost
         tries = 0
 
@@ -401,34 +411,26 @@ class SqlSagaStore:
                 loaded = self._load(connection, saga_id)
                 assert loaded is not None
                 return loaded
-            now = self.dialect.now()
-            i = t.instances.c
-            # A live lease is never taken, not even from this owner: another thread of
-            # the same coordinator may be executing the saga right now.
-            free = or_(i.owner.is_(None), i.lease_expires_at < now)
-            unfinished = i.status.in_(_CLAIMABLE)  # it may have finished since the caller read it
+            if guard is not None:
+                # Lock the row first: every commit of the owner updates it, so from here
+                # to our COMMIT no step can change, and the guard's step check below (a
+                # later statement, with a later snapshot) sees every commit before ours.
+                connection.execute(
+                    select(t.instances.c.id).where(t.instances.c.id == saga_id).with_for_update()
+                )
             row = connection.execute(
                 update(t.instances)
-                .where(i.id == saga_id, free, unfinished)
+                .where(*self._claimable(saga_id, guard))
                 .values(
-                    epoch=i.epoch + 1,
+                    epoch=t.instances.c.epoch + 1,
                     owner=owner,
-                    lease_expires_at=now + lease_ttl,
+                    lease_expires_at=self.dialect.now() + lease_ttl,
                     commit_token=token,
                 )
-                .returning(i.epoch)
+                .returning(t.instances.c.epoch)
             ).first()
             if row is None:
-                current = self._load(connection, saga_id)
-                if current is None:
-                    raise UnknownSagaError(f"no saga with id {saga_id}")
-                if current.status.value not in _CLAIMABLE:
-                    raise OperationRefusedError(
-                        saga_id, f"saga {saga_id} is already {current.status.value}"
-                    )
-                raise SagaBusyError(
-                    saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
-                )
+                raise self._refusal(connection, saga_id, guard)
             # The history says who took the saga, whatever the caller's event says.
             detail = {"owner": owner, **(event.detail or {})}
             claim = Event(event.kind, event.step, event.attempt, detail)
@@ -438,6 +440,46 @@ class SqlSagaStore:
             return loaded
 
         return self._transaction(work)
+
+    def _claimable(self, saga_id: str, guard: ClaimGuard | None) -> list[ColumnElement[bool]]:
+        """The conditions under which the saga may be taken, all checked in the claim."""
+        i, s = t.instances.c, t.steps.c
+        # A live lease is never taken, not even from this owner: another thread of
+        # the same coordinator may be executing the saga right now.
+        free = or_(i.owner.is_(None), i.lease_expires_at < self.dialect.now())
+        unfinished = i.status.in_(_CLAIMABLE)  # it may have finished since the caller read it
+        conditions = [i.id == saga_id, free, unfinished]
+        if guard is None:
+            return conditions
+        conditions.append(i.status.in_([status.value for status in guard.statuses]))
+        if guard.epoch is not None:
+            conditions.append(i.epoch == guard.epoch)
+        if guard.before_pivot:
+            acted = select(s.seq).where(
+                s.saga_id == saga_id,
+                s.kind == StepKind.PIVOT.value,
+                s.status.in_([status.value for status in PIVOT_ACTED]),
+            )
+            conditions.append(~acted.exists())
+        return conditions
+
+    def _refusal(
+        self, connection: Connection, saga_id: str, guard: ClaimGuard | None
+    ) -> OperationRefusedError | UnknownSagaError:
+        """Why a claim matched no row, read in the claim's own transaction."""
+        current = self._load(connection, saga_id)
+        if current is None:
+            return UnknownSagaError(f"no saga with id {saga_id}")
+        if current.status.value not in _CLAIMABLE:
+            return OperationRefusedError(
+                saga_id, f"saga {saga_id} is already {current.status.value}"
+            )
+        changed = guard_broken(current, guard)
+        if changed is not None:
+            return SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
+        return SagaBusyError(
+            saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
+        )
 
     def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
         token = uuid.uuid4().hex  # lets a retry recognise a claim whose acknowledgement was lost

@@ -29,6 +29,7 @@ from saga.admin.actions import (
     cancel,
     compensate,
     mark_compensated,
+    mark_step,
     resume,
     retry_compensation,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "lease_left",
     "list_sagas",
     "mark_compensated",
+    "mark_step",
     "open_coordinator",
     "parse_duration",
     "parse_saga_id",

@@ -14,8 +14,8 @@ from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.errors import ConfigurationError, OperationRefusedError, UnknownSagaError
 from saga.operations import operator_detail
-from saga.ports import Event, SagaRecord, StepRecord, StepWrite
-from saga.status import SagaStatus, StepStatus
+from saga.ports import ClaimGuard, Event, SagaRecord, StepRecord, StepWrite
+from saga.status import SagaStatus, StepStatus, check_step_move
 from saga.views import SagaView
 
 
@@ -61,14 +61,70 @@ def mark_compensated(coord: Coordinator, saga_id: str, step: str, reason: str) -
         )
     record = coord.store.load(saga_id)
     assert record is not None
-    _record_hand_undo(coord, saga_id, _undo_candidate(record, step, definition), reason)
+    _record_hand_undo(coord, record, _undo_candidate(record, step, definition), reason)
     return coord.compensate(saga_id, action="continue after mark-compensated")
 
 
-def _record_hand_undo(coord: Coordinator, saga_id: str, marked: StepRecord, reason: str) -> None:
-    """Record ``marked`` as compensated by this operator, under a claim of the saga."""
+def mark_step(coord: Coordinator, saga_id: str, step: str, reason: str) -> SagaView:
+    """Record that step ``step``, given up ``in_doubt``, did not happen (the operator
+    checked the system it calls): it becomes ``failed``, so the saga may be unwound.
+
+    Only for a ``failed`` saga and a step whose outcome was never learnt. Nothing is
+    compensated here: ``retry-compensation`` does that next, and its refusals apply.
+    """
+    saga_id = parse_saga_id(saga_id)
+    if not reason.strip():
+        raise ConfigurationError("--reason must say how you know; it is recorded")
+    record = coord.store.load(saga_id)
+    if record is None:
+        raise UnknownSagaError(f"no saga with id {saga_id!r}")
+    marked = _in_doubt(record, step)
+    claim = Event("lease_claimed", detail={"why": "mark-step"})
+    guard = ClaimGuard(frozenset({SagaStatus.FAILED}), record.epoch)
+    record = coord.claim_guarded(saga_id, claim, guard, lambda fresh: _in_doubt(fresh, step))
+    who = operator_detail()
+    detail = {"action": "mark-step", "step": step, "outcome": "did not happen"}
+    marked_by = {"marked_by": f"{who['by']}@{who['host']}", "reason": reason}
+    events = [
+        Event("operator_action", detail={**detail, "reason": reason, **who}),
+        Event("step_failed", step, marked.attempt, {"error": marked.error, **marked_by}),
+    ]
+    check_step_move(step, marked.status, StepStatus.FAILED)
+    write = StepWrite(dataclasses.replace(marked, status=StepStatus.FAILED))
+    change = dataclasses.replace(engine.commit(record, [write], events), release=True)
+    coord.store.commit(change, coord.lease_ttl)
+    return coord.get(saga_id)
+
+
+def _in_doubt(record: SagaRecord, step: str) -> StepRecord:
+    """The step ``step`` of a failed saga, if its outcome is unknown; refuse otherwise."""
+    if record.status is not SagaStatus.FAILED:
+        raise OperationRefusedError(
+            record.id, f"saga {record.id} is {record.status.value}; mark-step is for failed sagas"
+        )
+    found = record.step(step)
+    doubtful = ", ".join(s.name for s in record.steps if s.status is StepStatus.IN_DOUBT)
+    if found is None:
+        raise UnknownSagaError(
+            f"saga {record.id} has no step {step!r}; in doubt: {doubtful or 'none'}"
+        )
+    if found.status is not StepStatus.IN_DOUBT:
+        raise OperationRefusedError(
+            record.id,
+            f"step {step!r} of saga {record.id} is {found.status.value}, not in doubt; "
+            f"in doubt: {doubtful or 'none'}",
+        )
+    return found
+
+
+def _record_hand_undo(
+    coord: Coordinator, read: SagaRecord, marked: StepRecord, reason: str
+) -> None:
+    """Record ``marked`` as compensated by this operator, under a claim of the saga
+    that holds only if nobody claimed it since it was read."""
     claim = Event("lease_claimed", detail={"owner": coord.owner, "why": "mark-compensated"})
-    record = coord.store.claim(saga_id, coord.owner, coord.lease_ttl, claim)
+    guard = ClaimGuard(frozenset({SagaStatus.FAILED}), read.epoch, before_pivot=True)
+    record = coord.claim_guarded(read.id, claim, guard, lambda _: None)
     who = operator_detail()
     detail = {"action": "mark-compensated", "step": marked.name, "reason": reason, **who}
     marked_by = {"marked_by": f"{who['by']}@{who['host']}", "reason": reason}

@@ -12,7 +12,7 @@ from saga.status import SagaStatus, StepKind, StepStatus
 from saga.views import SagaView, StepView
 
 FINISHED = (SagaStatus.COMPLETED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
-IN_DOUBT = (StepStatus.RUNNING, StepStatus.COMPENSATING)
+IN_DOUBT = (StepStatus.RUNNING, StepStatus.IN_DOUBT, StepStatus.COMPENSATING)
 
 
 def current_step(view: SagaView) -> StepView | None:

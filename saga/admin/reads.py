@@ -61,6 +61,7 @@ def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
 _END_OF = {
     "step_succeeded": "step_started",
     "step_failed": "step_started",
+    "step_in_doubt": "step_started",
     "attempt_failed": "step_started",
     "compensation_done": "compensation_started",
     "compensation_failed": "compensation_started",
@@ -92,6 +93,14 @@ def timeline(events: Sequence[EventRecord]) -> tuple[TimelineEntry, ...]:
     return tuple(entries)
 
 
+def _failed_text(event: EventRecord) -> str:
+    detail = event.detail or {}
+    marked = detail.get("marked_by")
+    if marked is None:
+        return f"step {event.step} failed: {detail.get('error')}"
+    return f"step {event.step} recorded as not done by {marked}: {detail.get('reason')}"
+
+
 def describe_event(event: EventRecord) -> str:
     """An event as one line of plain English."""
     detail = event.detail or {}
@@ -102,7 +111,10 @@ def describe_event(event: EventRecord) -> str:
         "step_started": lambda: f"step {step} started (attempt {attempt})",
         "attempt_failed": lambda: f"step {step} attempt {attempt} failed: {error}",
         "step_succeeded": lambda: f"step {step} succeeded (attempt {attempt})",
-        "step_failed": lambda: f"step {step} failed: {error}",
+        "step_failed": lambda: _failed_text(event),
+        "step_in_doubt": lambda: (
+            f"step {step} given up, outcome unknown (it may have acted): {error}"
+        ),
         "compensation_started": lambda: f"compensating step {step} (attempt {attempt})",
         "compensation_done": lambda: _compensated_text(event),
         "compensation_failed": lambda: f"compensation of step {step} failed: {error}",

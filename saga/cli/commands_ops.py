@@ -128,6 +128,32 @@ def mark_compensated_command(
     _act(ctx, json_output, lambda coord: admin.mark_compensated(coord, saga_id, step, reason))
 
 
+@app.command("mark-step")
+def mark_step_command(
+    ctx: typer.Context,
+    saga_id: SagaId,
+    step: Annotated[str, typer.Option("--step", help="The step whose outcome is in doubt.")],
+    did_not_happen: Annotated[
+        bool,
+        typer.Option(
+            "--did-not-happen",
+            help="Say that the step's action did not take effect (you checked); required.",
+        ),
+    ] = False,
+    reason: Annotated[str, typer.Option("--reason", help="How you know; it is recorded.")] = "",
+    json_output: JsonFlag = False,
+) -> None:
+    """Record what really happened to a step given up in doubt (a failed saga's pivot that
+    never returned), so that `saga retry-compensation` may unwind the saga."""
+
+    def mark(coord: Coordinator) -> SagaView:
+        if not did_not_happen:  # the one outcome an operator can record today
+            raise ConfigurationError("say what happened to the step: --did-not-happen")
+        return admin.mark_step(coord, saga_id, step, reason)
+
+    _act(ctx, json_output, mark)
+
+
 # -- worker -----------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ STEP_STYLES = {
     StepStatus.RUNNING: "bold cyan",
     StepStatus.SUCCEEDED: "green",
     StepStatus.FAILED: "red",
+    StepStatus.IN_DOUBT: "bold red",
     StepStatus.COMPENSATING: "bold yellow",
     StepStatus.COMPENSATED: "yellow",
 }
@@ -122,6 +123,8 @@ def _step_row(step: StepView) -> list[str | Text]:
 def _note(step: StepView) -> Text:
     if step.status is StepStatus.RUNNING:
         return Text("IN DOUBT: may have acted, not confirmed", style="bold red")
+    if step.status is StepStatus.IN_DOUBT:
+        return Text("IN DOUBT: given up, may have acted; see saga mark-step", style="bold red")
     if step.status is StepStatus.COMPENSATING:
         return Text("IN DOUBT: compensation may have run", style="bold red")
     if step.kind.value == "pivot":

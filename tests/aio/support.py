@@ -69,7 +69,7 @@ def most_in_flight(history: list[EventRecord]) -> int:
         if event.kind == "step_started":
             in_flight.add(event.step)
             most = max(most, len(in_flight))
-        elif event.kind in ("step_succeeded", "step_failed", "step_skipped"):
+        elif event.kind in ("step_succeeded", "step_failed", "step_in_doubt", "step_skipped"):
             in_flight.discard(event.step)
     return most
 

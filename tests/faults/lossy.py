@@ -20,7 +20,7 @@ from saga.adapters.sql.store import SqlSagaStore
 from sqlalchemy import Connection
 
 from saga import RetryPolicy, StorageUnavailableError
-from saga.ports import Commit, Event, SagaRecord
+from saga.ports import ClaimGuard, Commit, Event, SagaRecord
 from tests.faults import figures
 
 T = TypeVar("T")
@@ -76,9 +76,16 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         return self._write("transact", lambda: parent.transact(work, change_for, lease_ttl))
 
-    def claim(self, saga_id: str, owner: str, lease_ttl: float, event: Event) -> SagaRecord:
+    def claim(
+        self,
+        saga_id: str,
+        owner: str,
+        lease_ttl: float,
+        event: Event,
+        guard: ClaimGuard | None = None,
+    ) -> SagaRecord:
         parent = super()
-        return self._write("claim", lambda: parent.claim(saga_id, owner, lease_ttl, event))
+        return self._write("claim", lambda: parent.claim(saga_id, owner, lease_ttl, event, guard))
 
     def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
         parent = super()

@@ -16,6 +16,7 @@ from saga import (
     StepContext,
     StepKind,
     StepStatus,
+    admin,
 )
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.steps import Crash
@@ -194,7 +195,7 @@ def test_on_crash_compensate_goes_forward_past_the_pivot(make_coord: MakeCoordin
     assert second.recover().outcomes[0].status is SagaStatus.COMPLETED
 
 
-def _in_doubt_pivot(name: str, undone: list[str], kills: int) -> Saga:
+def _in_doubt_pivot(name: str, undone: list[str], kills: int, attempts: int = 2) -> Saga:
     """reserve, then a pivot ``ship`` whose process dies (Crash) on its first ``kills`` attempts."""
     saga = Saga(name)
 
@@ -206,7 +207,7 @@ def _in_doubt_pivot(name: str, undone: list[str], kills: int) -> Saga:
     def release(ctx: StepContext) -> None:
         undone.append("reserve")
 
-    @saga.step(pivot=True, retry=fast(2))
+    @saga.step(pivot=True, retry=fast(attempts))
     def ship(ctx: StepContext) -> str:
         if ctx.attempt <= kills:
             raise Crash("died in the pivot, perhaps after it acted")
@@ -257,3 +258,71 @@ def test_a_pivot_that_never_returns_leaves_the_saga_failed_with_nothing_undone(
     assert "gave up after 2 attempts" in (view.step("ship").error or "")
     assert undone == []
     assert_history_replays(third, saga_id)
+
+
+def _given_up_pivot(make_coord: MakeCoordinator, name: str, undone: list[str]) -> tuple[str, Saga]:
+    """A saga whose pivot's only attempt died with its process, given up by recovery."""
+    saga = _in_doubt_pivot(name, undone, kills=1, attempts=1)
+    first = make_coord(lease_ttl=0.3)
+    with pytest.raises(Crash):
+        first.run(saga)
+    saga_id = first.list()[0].id
+    second = make_coord(lease_ttl=0.3)
+    wait_until_expired(second, saga_id)
+    assert [o.status for o in second.recover().outcomes] == [SagaStatus.FAILED]
+    return saga_id, saga
+
+
+def test_a_pivot_given_up_is_recorded_in_doubt_not_failed(make_coord: MakeCoordinator) -> None:
+    undone: list[str] = []
+    saga_id, _ = _given_up_pivot(make_coord, "pivot-given-up-in-doubt", undone)
+    coord = make_coord()
+    view = coord.get(saga_id)
+    assert view.step("ship").status is StepStatus.IN_DOUBT
+    assert view.step("reserve").status is StepStatus.SUCCEEDED
+    kinds = [(e.kind, e.step) for e in coord.history(saga_id)]
+    assert ("step_in_doubt", "ship") in kinds
+    assert ("step_failed", "ship") not in kinds
+    assert_history_replays(coord, saga_id)
+
+
+def test_every_unwinding_verb_is_refused_while_a_pivot_is_in_doubt(
+    make_coord: MakeCoordinator,
+) -> None:
+    """The documented way out of ``failed`` must not undo what came before a pivot that
+    may have acted; nothing is written by the refusals."""
+    undone: list[str] = []
+    saga_id, saga = _given_up_pivot(make_coord, "pivot-in-doubt-refusals", undone)
+    coord = make_coord()
+    coord.register(saga)
+    before = coord.history(saga_id)
+    with pytest.raises(OperationRefusedError, match="mark-step"):
+        coord.compensate(saga_id)
+    with pytest.raises(OperationRefusedError, match="mark-step"):
+        admin.retry_compensation(coord, saga_id)
+    with pytest.raises(OperationRefusedError):
+        admin.mark_compensated(coord, saga_id, "reserve", "undid it by hand")
+    assert coord.history(saga_id) == before
+    assert undone == []
+
+
+def test_marking_an_in_doubt_pivot_as_not_done_lets_the_saga_unwind(
+    make_coord: MakeCoordinator,
+) -> None:
+    undone: list[str] = []
+    saga_id, saga = _given_up_pivot(make_coord, "pivot-in-doubt-marked", undone)
+    coord = make_coord()
+    coord.register(saga)
+    with pytest.raises(OperationRefusedError, match="not in doubt"):
+        admin.mark_step(coord, saga_id, "reserve", "checked the warehouse")
+    marked = admin.mark_step(coord, saga_id, "ship", "the carrier has no such parcel")
+    assert marked.status is SagaStatus.FAILED
+    assert marked.step("ship").status is StepStatus.FAILED
+    assert undone == []  # marking undoes nothing by itself
+    operator = [e for e in coord.history(saga_id) if e.kind == "operator_action"][-1]
+    assert operator.detail is not None
+    assert operator.detail["reason"] == "the carrier has no such parcel"
+    view = admin.retry_compensation(coord, saga_id)
+    assert view.status is SagaStatus.COMPENSATED
+    assert undone == ["reserve"]
+    assert_history_replays(coord, saga_id)

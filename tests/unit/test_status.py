@@ -29,9 +29,12 @@ LEGAL_STEP_MOVES = {
     (T.RUNNING, T.SKIPPED),
     (T.RUNNING, T.SUCCEEDED),
     (T.RUNNING, T.FAILED),
+    (T.RUNNING, T.IN_DOUBT),  # given up without ever learning the outcome
     (T.RUNNING, T.COMPENSATING),
     (T.SUCCEEDED, T.COMPENSATING),
     (T.FAILED, T.COMPENSATING),
+    (T.IN_DOUBT, T.COMPENSATING),
+    (T.IN_DOUBT, T.FAILED),  # an operator says it did not happen
     (T.COMPENSATING, T.COMPENSATING),
     (T.COMPENSATING, T.COMPENSATED),
 }
