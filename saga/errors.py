@@ -17,6 +17,7 @@
     ├── IllegalTransitionError      a status change the state machine forbids: a bug, never expected
     └── StorageError                the database misbehaved
         ├── StorageUnavailableError the database cannot be reached (retried, then raised)
+        ├── SchemaVersionError      the database's schema is from a newer release of saga
         └── CorruptRecordError      a stored row cannot be understood
 
 Driver exceptions (psycopg, sqlite3, SQLAlchemy) never cross the storage port:
@@ -133,6 +134,19 @@ class StorageError(SagaError):
 
 class StorageUnavailableError(StorageError):
     """The database cannot be reached or dropped the connection."""
+
+
+class SchemaVersionError(StorageError):
+    """The database's saga schema is newer than this release knows: refused before
+    anything is written, so an older process never writes rows it does not understand."""
+
+    def __init__(self, url: str, found: int, known: int) -> None:
+        self.found = found
+        self.known = known
+        super().__init__(
+            f"{url}: saga's schema there is version {found}, newer than this release of saga "
+            f"knows (version {known}); upgrade saga in this environment, or use another database"
+        )
 
 
 class CorruptRecordError(StorageError):

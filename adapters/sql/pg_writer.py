@@ -77,6 +77,7 @@ def _step_update_row(i: int) -> str:
         f"u{i} AS (UPDATE saga_steps SET status = %({p}_status)s, attempt = %({p}_attempt)s::int, "
         f"undo_attempt = %({p}_undo_attempt)s::int, result = %({p}_result)s::text, "
         f"output_digest = %({p}_output_digest)s::text, error = %({p}_error)s::text, "
+        "commit_token = %(token)s, "
         f"started_at = CASE WHEN %({p}_start)s::bool THEN {_NOW} ELSE started_at END, "
         f"finished_at = CASE WHEN %({p}_finish)s::bool THEN {_NOW} ELSE finished_at END "
         f"WHERE saga_id = %(id)s AND seq = %({p}_seq)s::int AND {_FENCED})"
@@ -87,7 +88,8 @@ def _step_insert_rows(count: int) -> str:
     rows = ", ".join(_row(f"i{i}", _STEP_COLUMNS) for i in range(count))
     names = _column_names(_STEP_COLUMNS)
     return (
-        f"ins AS (INSERT INTO saga_steps (saga_id, {names}, started_at) SELECT %(id)s, v.*, {_NOW} "
+        f"ins AS (INSERT INTO saga_steps (saga_id, commit_token, {names}, started_at) "
+        f"SELECT %(id)s, %(token)s, v.*, {_NOW} "
         f"FROM (VALUES {rows}) AS v({names}) WHERE {_FENCED})"
     )
 
@@ -104,7 +106,8 @@ def _event_insert_rows(count: int) -> str:
 _STEP_UPDATES = (
     "upd AS (UPDATE saga_steps s SET status = v.status, attempt = v.attempt, "
     "undo_attempt = v.undo_attempt, result = v.result, output_digest = v.output_digest, "
-    f"error = v.error, started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
+    f"error = v.error, commit_token = %(token)s, "
+    f"started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
     f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END "
     f"FROM {_unnest('u', _UPDATE_COLUMNS)} "
     # seq = ANY(...) lets the primary key fetch just these rows; joined on v.seq alone,
@@ -113,8 +116,8 @@ _STEP_UPDATES = (
     f"AND {_FENCED})"
 )
 _STEP_INSERTS = (
-    f"ins AS (INSERT INTO saga_steps (saga_id, {_names(_STEP_COLUMNS)}, started_at) "
-    f"SELECT %(id)s, v.*, {_NOW} FROM {_unnest('i', _STEP_COLUMNS)} WHERE {_FENCED})"
+    f"ins AS (INSERT INTO saga_steps (saga_id, commit_token, {_names(_STEP_COLUMNS)}, started_at) "
+    f"SELECT %(id)s, %(token)s, v.*, {_NOW} FROM {_unnest('i', _STEP_COLUMNS)} WHERE {_FENCED})"
 )
 _EVENT_INSERTS = (
     f"ev AS (INSERT INTO saga_events (saga_id, at, epoch, {_names(_EVENT_COLUMNS)}) "

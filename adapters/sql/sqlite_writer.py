@@ -57,16 +57,17 @@ _FENCE = (
 _STEP_INSERT = (
     "INSERT INTO saga_steps (saga_id, seq, name, status, attempt, kind, transactional, "
     "action_ref, compensation_ref, args, input_digest, result, output_digest, error, "
-    "undo_attempt, started_at, finished_at) "
+    "undo_attempt, commit_token, started_at, finished_at) "
     "VALUES (:saga_id, :seq, :name, :status, :attempt, :kind, :transactional, :action_ref, "
     ":compensation_ref, :args, :input_digest, :result, :output_digest, :error, :undo_attempt, "
+    ":token, "
     "CASE WHEN :started THEN (julianday('now') - 2440587.5) * 86400.0 END, "
     "CASE WHEN :finished THEN (julianday('now') - 2440587.5) * 86400.0 END)"
 )
 
 _STEP_UPDATE = (
     "UPDATE saga_steps SET status = :status, attempt = :attempt, undo_attempt = :undo_attempt, "
-    "result = :result, output_digest = :output_digest, error = :error, "
+    "result = :result, output_digest = :output_digest, error = :error, commit_token = :token, "
     "started_at = CASE WHEN :started "
     "THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END, "
     "finished_at = CASE WHEN :finished "
@@ -200,17 +201,18 @@ class SqliteHotPath:
 def _write_body(connection: sqlite3.Connection, change: Commit) -> None:
     """The commit's steps, in order, then its events (the fence already matched)."""
     for write in change.steps:
-        _write_step(connection, change.saga_id, write)
+        _write_step(connection, change, write)
     if change.events:
         connection.executemany(
             _EVENT_INSERT, [_event_values(change.saga_id, change.epoch, e) for e in change.events]
         )
 
 
-def _write_step(connection: sqlite3.Connection, saga_id: str, write: StepWrite) -> None:
+def _write_step(connection: sqlite3.Connection, change: Commit, write: StepWrite) -> None:
     params = {
         **_step_values(write.step),
-        "saga_id": saga_id,
+        "saga_id": change.saga_id,
+        "token": change.token,  # the step row remembers which commit wrote it
         "started": write.stamp == "started",
         "finished": write.stamp == "finished",
     }

@@ -25,6 +25,7 @@ from sqlalchemy import (
     inspect,
     or_,
     select,
+    text,
     tuple_,
     update,
 )
@@ -39,6 +40,7 @@ from saga.errors import (
     OperationRefusedError,
     SagaBusyError,
     SagaChangedError,
+    SchemaVersionError,
     StorageError,
     StorageUnavailableError,
     UnknownSagaError,
@@ -144,10 +146,16 @@ class SqlSagaStore:
         self._schema_ready = True
 
     def _create_tables(self) -> None:
+        """Create what is missing and bring a schema of an older release up to date; a
+        schema from a newer release is refused before anything is written."""
         with self._translated(), self.engine.begin() as connection:
             self.dialect.lock_schema(connection)
+            found = _recorded_version(connection)
+            if found is not None and found > t.SCHEMA_VERSION:
+                raise SchemaVersionError(self.url, found, t.SCHEMA_VERSION)
             t.SagaInstanceRow.metadata.create_all(connection, tables=list(t.ALL_TABLES))
-            if connection.execute(select(t.schema_version.c.version)).first() is None:
+            _add_missing_columns(connection)
+            if found is None or found < t.SCHEMA_VERSION:
                 connection.execute(insert(t.schema_version).values(version=t.SCHEMA_VERSION))
 
     def schema_version(self) -> int | None:
@@ -155,9 +163,7 @@ class SqlSagaStore:
 
         def read() -> int | None:
             with self._translated(), self.engine.begin() as connection:
-                if not inspect(connection).has_table(t.schema_version.name):
-                    return None
-                return connection.execute(select(func.max(t.schema_version.c.version))).scalar()
+                return _recorded_version(connection)
 
         return self._retried(read)
 
@@ -296,15 +302,34 @@ class SqlSagaStore:
         return or_(i.cancel_requested, deadline_passed).label("stop")
 
     def _landed(self, connection: Connection, change: Commit) -> bool | None:
-        """After a lost acknowledgement: did our earlier attempt commit? (cancel flag if so)."""
+        """After a lost acknowledgement: did our earlier attempt commit? (cancel flag if so).
+
+        The saga row's token names the saga's latest commit, which may be a sibling
+        step's (parallel steps commit on their own); the step rows a commit wrote keep
+        its token until that step is written again, which only its own driver does,
+        after this call returns. So either one naming ours proves that it landed.
+        """
         row = connection.execute(
             select(t.instances.c.commit_token, self._stop()).where(
                 t.instances.c.id == change.saga_id
             )
         ).first()
-        if row is not None and row.commit_token == change.token:
+        if row is None:
+            return None
+        if row.commit_token == change.token or self._wrote_steps(connection, change):
             return bool(row.stop)
         return None
+
+    def _wrote_steps(self, connection: Connection, change: Commit) -> bool:
+        if not change.steps:
+            return False
+        s = t.steps.c
+        found = connection.execute(
+            select(s.seq)
+            .where(s.saga_id == change.saga_id, s.commit_token == change.token)
+            .limit(1)
+        ).first()
+        return found is not None
 
     def _commit(self, connection: Connection, change: Commit) -> bool:
         now = self.dialect.now()
@@ -330,16 +355,19 @@ class SqlSagaStore:
     def _write_body(self, connection: Connection, change: Commit) -> None:
         now = self.dialect.now()
         for write in change.steps:
-            self._write_step(connection, change.saga_id, write)
+            self._write_step(connection, change, write)
         if change.events:
             connection.execute(
                 insert(t.events).values(at=now),
                 [_event_values(change.saga_id, change.epoch, e) for e in change.events],
             )
 
-    def _write_step(self, connection: Connection, saga_id: str, write: StepWrite) -> None:
-        step = write.step
-        stamped = {write.stamp + "_at": self.dialect.now()} if write.stamp else {}
+    def _write_step(self, connection: Connection, change: Commit, write: StepWrite) -> None:
+        step, saga_id = write.step, change.saga_id
+        # The row remembers which commit wrote it: see _landed.
+        stamped: dict[str, Any] = {"commit_token": change.token}
+        if write.stamp:
+            stamped[write.stamp + "_at"] = self.dialect.now()
         if write.new:
             values = {**_step_values(step), "saga_id": saga_id, **stamped}
             connection.execute(insert(t.steps).values(values))
@@ -641,6 +669,27 @@ class SqlSagaStore:
             for step_row in step_rows:
                 by_saga[step_row.saga_id].append(_step_record(step_row))
         return [_saga_record(row, tuple(by_saga[row.id])) for row in rows]
+
+
+# -- schema ----------------------------------------------------------------------------
+
+_ADDED_COLUMNS = ((t.steps, "commit_token", "VARCHAR"),)
+"""Columns added since the first release, added to a database it created (the schema is
+created, not migrated, until versioned migrations arrive): table, column, SQL type."""
+
+
+def _recorded_version(connection: Connection) -> int | None:
+    if not inspect(connection).has_table(t.schema_version.name):
+        return None
+    version = connection.execute(select(func.max(t.schema_version.c.version))).scalar()
+    return None if version is None else int(version)
+
+
+def _add_missing_columns(connection: Connection) -> None:
+    for table, column, kind in _ADDED_COLUMNS:
+        present = {c["name"] for c in inspect(connection).get_columns(table.name)}
+        if column not in present:  # fixed names from the list above, never user data
+            connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column} {kind}"))
 
 
 # -- row <-> record ----------------------------------------------------------------

@@ -15,7 +15,10 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Column, Index, Integer, Table, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first release. 2: ``saga_steps.commit_token`` (the token of the commit that last
+wrote the row, so that a retry after a lost acknowledgement recognises its own commit
+even when a sibling step's commit has overwritten the saga row's token since)."""
 _ACTIVE = text("status IN ('running', 'compensating')")
 
 
@@ -75,6 +78,7 @@ class SagaStepRow(SQLModel, table=True):
     undo_attempt: int = 0
     started_at: float | None = None
     finished_at: float | None = None
+    commit_token: str | None = None
 
 
 class SagaEventRow(SQLModel, table=True):

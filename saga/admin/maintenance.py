@@ -59,12 +59,20 @@ class SchemaStatus:
     def up_to_date(self) -> bool:
         return self.version is not None and self.version == self.expected
 
+    @property
+    def ahead(self) -> bool:
+        """The database was made by a newer release of saga than this one."""
+        if self.version is None or self.expected is None:
+            return False
+        return self.version > self.expected
+
     def as_json(self) -> dict[str, Any]:
         return {
             "url": self.url,
             "version": self.version,
             "expected": self.expected,
             "up_to_date": self.up_to_date,
+            "newer_than_this_release": self.ahead,
         }
 
 

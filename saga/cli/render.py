@@ -253,6 +253,11 @@ def render_schema(session: Session, status: admin.SchemaStatus) -> None:
         session.say(f"{status.url}: no saga tables yet; run `saga db upgrade`")
     elif status.up_to_date:
         session.say(f"{status.url}: schema version {status.version}, up to date")
+    elif status.ahead:
+        session.say(
+            f"{status.url}: schema version {status.version} is from a newer release of saga "
+            f"than this one (it knows {status.expected}); upgrade saga here, do not downgrade"
+        )
     else:
         session.say(
             f"{status.url}: schema version {status.version}, this saga expects "

@@ -224,13 +224,14 @@ def test_purge_without_yes_asks_and_does_nothing_when_it_cannot(world: World) ->
 def test_db_upgrade_and_status(world: World) -> None:
     upgraded = invoke(world.url, "db", "upgrade")
     assert upgraded.exit_code == 0, upgraded.output
-    assert "schema version 1, up to date" in upgraded.stdout
+    assert "schema version 2, up to date" in upgraded.stdout
     status = invoke(world.url, "db", "status", "--json")
     assert json.loads(status.stdout) == {
         "url": json.loads(status.stdout)["url"],
-        "version": 1,
-        "expected": 1,
+        "version": 2,
+        "expected": 2,
         "up_to_date": True,
+        "newer_than_this_release": False,
     }
 
 
