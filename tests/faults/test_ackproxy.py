@@ -56,8 +56,8 @@ def test_the_proxy_records_each_transaction_with_its_sql_and_outcome(
         connection.commit()
     inserts = [t for t in proxy.transactions if t.wrote]
     assert [(t.tables_written, t.committed) for t in inserts] == [
-        ({"probe"}, True),
-        ({"probe"}, False),
+        (frozenset({"probe"}), True),
+        (frozenset({"probe"}), False),
     ]
     (reads,) = [t for t in proxy.transactions if any("count(*)" in s for s in t.sql)]
     assert sum("count(*)" in s for s in reads.sql) == 8
