@@ -156,6 +156,7 @@ class AckProxy:
         self.dropped = threading.Event()
         self._cond = threading.Condition()
         self._armed: list[_Armed] = []
+        self._watches: list[tuple[Predicate, threading.Event]] = []
         self._hold: tuple[int, Predicate, float] | None = None
         self._links: list[_Link] = []
         self._threads: list[threading.Thread] = []
@@ -201,16 +202,17 @@ class AckProxy:
         with self._cond:
             self._armed.append(_Armed(loss))
 
+    def watch(self, predicate: Predicate) -> threading.Event:
+        """An event set once a transaction committed from now on is accepted by ``predicate``."""
+        event = threading.Event()
+        with self._cond:
+            self._watches.append((predicate, event))
+        return event
+
     def committed(self, predicate: Predicate) -> list[Transaction]:
         """The committed transactions so far that ``predicate`` accepts."""
         with self._cond:
             return [t for t in self.transactions if t.committed and predicate(t)]
-
-    def wait_for(self, predicate: Predicate, timeout: float = 30.0) -> bool:
-        """Wait until a transaction committed from now on is accepted by ``predicate``."""
-        with self._cond:
-            baseline = len(self.transactions)
-            return self._cond.wait_for(lambda: self._found(predicate, baseline), timeout)
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -363,6 +365,9 @@ class AckProxy:
         link.transaction, link.failed, link.tags = [], False, []
         loss = self._matching(ended) if committed and ended.wrote else None
         self.transactions.append(dataclasses.replace(ended, lost=loss is not None))
+        for predicate, event in self._watches if committed else ():
+            if predicate(ended):
+                event.set()
         self._cond.notify_all()
         return loss
 
