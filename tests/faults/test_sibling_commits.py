@@ -48,7 +48,7 @@ def losses(backend: str, url: str) -> Iterator[Losses]:
 
 
 @pytest.fixture
-def pg_losses(pg_url: str) -> Iterator[Losses]:
+def pg_losses(pg_url: str) -> Iterator[ProxyLosses]:
     siblings.create_tables(pg_url)
     with proxy_for(pg_url) as proxy:
         yield ProxyLosses(proxy, pg_url)
@@ -113,7 +113,7 @@ def test_parallel_transactional_step_lost_ack_while_plain_sibling_commits_is_rec
 
 @pytest.mark.postgres
 def test_parallel_transactional_step_lost_ack_while_transactional_sibling_commits_is_recognised(
-    pg_losses: Losses,
+    pg_losses: ProxyLosses,
 ) -> None:
     """PostgreSQL only: on SQLite a transactional step's action runs inside a transaction
     that holds the single writer lock, so the sibling cannot wait for the loss in there."""
@@ -125,18 +125,19 @@ def test_parallel_transactional_step_lost_ack_while_transactional_sibling_commit
 
 @pytest.mark.postgres
 def test_parallel_transactional_step_lost_ack_with_reconnect_held_until_sibling_commits(
-    pg_losses: Losses,
+    pg_losses: ProxyLosses,
 ) -> None:
     """The connection drops at once; the retry's new connection waits for the sibling."""
     store = pg_losses.store(A_COMMIT, hold=True)
     with _coordinator(store) as coord, siblings.gates(lost=pg_losses.caught):
         coord.run(siblings.PARALLEL, data={"wait": {"b": "lost"}}, key="k")
+        assert pg_losses.proxy.held >= 1, "no reconnection was held"
         _check(pg_losses, coord, SagaStatus.COMPLETED, ONCE, DONE)
 
 
 @pytest.mark.postgres
 def test_parallel_transactional_step_lost_ack_after_sibling_committed_is_recognised(
-    pg_losses: Losses,
+    pg_losses: ProxyLosses,
 ) -> None:
     """The control: the sibling's commit lands before the lost one, none between.
     PostgreSQL only, as a's action waits inside its transaction (see above)."""
