@@ -150,3 +150,90 @@ class _LossyHotPath:
 
     def close(self) -> None:
         self.hot.close()
+
+
+WritePredicate = Callable[[str, Commit], bool]
+"""Which write loses its acknowledgement: its kind (``commit``, ``transact``...) and change."""
+
+
+class SiblingFirstStore(LostAckStore):
+    """Loses the acknowledgement of the first write ``lose`` accepts; before telling its
+    caller, waits until another thread has committed one more write of the same saga.
+
+    What a parallel saga meets when one branch's acknowledgement is lost and a
+    sibling commits before the reconnect: the retry comes after the sibling's
+    commit. The wait is bounded (``timeout``; ``timed_out`` then says so). With
+    ``sibling_first=False`` the caller is told at once, as :class:`LostAckStore` does.
+    """
+
+    def __init__(
+        self, url: str, lose: WritePredicate, sibling_first: bool = True, timeout: float = 30.0
+    ) -> None:
+        super().__init__(url)
+        self.lose_when = lose
+        self.timeout = timeout if sibling_first else 0.0
+        self.caught = threading.Event()
+        """Set when the chosen write committed and its caller is not yet told."""
+        self.timed_out = False
+        self._saga_writes: dict[str, int] = {}
+        self._watches: list[tuple[WritePredicate, threading.Event]] = []
+        self._cond = threading.Condition()
+
+    def watch(self, predicate: WritePredicate) -> threading.Event:
+        """An event set once a write from now on that ``predicate`` accepts committed."""
+        event = threading.Event()
+        with self._cond:
+            self._watches.append((predicate, event))
+        return event
+
+    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
+        self._pending.change = first
+        return super().create(saga, first, lease_ttl)
+
+    def commit(self, change: Commit, lease_ttl: float) -> bool:
+        self._pending.change = change
+        return super().commit(change, lease_ttl)
+
+    def transact(
+        self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
+    ) -> tuple[T, bool]:
+        def noted(result: T) -> Commit:
+            change = self._pending.change = change_for(result)
+            return change
+
+        return super().transact(work, noted, lease_ttl)
+
+    def _write(self, kind: str, call: Callable[[], T]) -> T:
+        try:
+            return super()._write(kind, call)
+        finally:
+            self._pending.change = None
+
+    def committed(self) -> None:
+        kind = getattr(self._pending, "kind", None)
+        change: Commit | None = getattr(self._pending, "change", None)
+        if kind is None:
+            return
+        self._pending.kind = None
+        saga = change.saga_id if change is not None else ""
+        with self._cond:
+            self.writes.append(kind)
+            landed = self._saga_writes[saga] = self._saga_writes.get(saga, 0) + 1
+            self._cond.notify_all()
+            if change is None:
+                return
+            for predicate, event in self._watches:
+                if predicate(kind, change):
+                    event.set()
+            if self.lost or not self.lose_when(kind, change):
+                return
+            self.lost.append(kind)
+            self.caught.set()
+            if self.timeout and not self._cond.wait_for(
+                lambda: self._saga_writes[saga] > landed, self.timeout
+            ):
+                self.timed_out = True
+        figures.count("lost acks")
+        raise StorageUnavailableError(
+            f"{self.url}: connection lost after COMMIT of {kind} [injected]"
+        )
