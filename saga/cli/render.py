@@ -243,7 +243,10 @@ def _recovery_line(item: admin.RecoveryItem, dry_run: bool) -> Text:
 
 def render_standing(session: Session, view: SagaView) -> None:
     """Where a saga stands after an operator action."""
-    extra = " (cancel requested: its owner stops at the next step boundary)"
+    extra = (
+        " (cancel requested: its owner stops at the next step boundary, or the next recovery"
+        " by a process that knows its definition unwinds it)"
+    )
     pending = view.status is SagaStatus.RUNNING and view.cancel_requested
     session.say(f"saga {view.id}: {view.status.value}" + (extra if pending else ""))
 

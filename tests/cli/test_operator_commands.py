@@ -240,3 +240,23 @@ def test_db_status_of_an_empty_database_says_so_and_creates_nothing(sqlite_url: 
     assert first.exit_code == 1
     assert "no saga tables yet; run `saga db upgrade`" in first.stdout
     assert invoke(sqlite_url, "db", "status").exit_code == 1
+
+
+def test_mark_step_must_say_what_happened(world: World, coord: Coordinator) -> None:
+    before = coord.history(world.failed)
+    result = invoke(world.url, "mark-step", world.failed, "--step", "charge", "--reason", "r")
+    assert result.exit_code == 2
+    assert "--did-not-happen" in result.stderr
+    assert coord.history(world.failed) == before
+
+
+def test_mark_step_refuses_a_step_that_is_not_in_doubt(world: World, coord: Coordinator) -> None:
+    before = coord.history(world.failed)
+    args = ["--step", "charge", "--did-not-happen", "--reason", "checked the bank"]
+    result = invoke(world.url, "mark-step", world.failed, *args)
+    assert result.exit_code == 1
+    assert "not in doubt" in result.stderr or "no step" in result.stderr
+    completed = invoke(world.url, "mark-step", world.completed, *args)
+    assert completed.exit_code == 1
+    assert "mark-step is for failed sagas" in completed.stderr
+    assert coord.history(world.failed) == before
