@@ -45,7 +45,7 @@ from saga.errors import LeaseLostError
 from saga.ports import EventRecord
 from tests.crash.invariants import check_history
 from tests.faults.dump import Dump
-from tests.interleave import ActorKilled, Boundary, Interleaving
+from tests.interleave import Actor, ActorKilled, Boundary, Interleaving
 
 PIVOT = "ship"
 BEFORE_PIVOT = ("reserve", "charge")
@@ -134,9 +134,11 @@ VERBS: dict[str, Verb] = {
 }
 
 
-def operator(run: Interleaving, verb: str, saga_id: str) -> Any:
+def operator(run: Interleaving, verb: str, saga_id: str) -> Actor:
     """The verb as an actor, with a coordinator of its own (async for ``async-*``)."""
-    coord = run.async_coordinator() if verb.startswith("async-") else run.coordinator()
+    coord: Coordinator | AsyncCoordinator = (
+        run.async_coordinator() if verb.startswith("async-") else run.coordinator()
+    )
     return run.actor(verb, VERBS[verb](coord, saga_id), coord)
 
 
@@ -222,9 +224,9 @@ def reset_calls() -> None:
         CALLS.clear()
 
 
-def owner_of(run: Interleaving, data: Any, lease_ttl: float) -> Any:
+def owner_of(run: Interleaving, data: Any, lease_ttl: float) -> Actor:
     """The owner actor: runs :data:`ORDER` with its own coordinator; renewals held."""
-    coord: Coordinator | AsyncCoordinator = run.coordinator(lease_ttl=lease_ttl)
+    coord = run.coordinator(lease_ttl=lease_ttl)
     owner = run.actor("owner", lambda: coord.run(ORDER, data, key="order-1"), coord)
     owner.hold_heartbeat()
     return owner
