@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import pytest
@@ -41,6 +42,25 @@ def test_a_paused_owner_has_sent_nothing_past_its_boundary(url: str) -> None:
         owner.run_to_end()
         assert owner.outcome == "returned"
         assert run.observer.get(saga.id).status.value == "completed"
+
+
+def test_an_async_owner_pauses_at_its_native_commits_too(url: str) -> None:
+    """PostgreSQL: ``AsyncCoordinator`` commits on psycopg's async connections
+    (adapters/sql/pg_async.py); SQLite: in worker threads. Both are boundaries."""
+    with Interleaving(url, sagas=[races.ORDER]) as run:
+        coord = run.async_coordinator(lease_ttl=60.0)
+        owner = run.actor("owner", lambda: asyncio.run(coord.run(races.ORDER, {})), coord)
+        at = owner.run_until(races.starts_pivot)
+        assert at is not None
+        assert at.change is not None
+        assert [c.step for c in races.CALLS] == ["reserve", "charge"]
+        assert "ship" not in [s.name for s in run.observer.get(at.change.saga_id).steps]
+        owner.run_to_end()
+        assert owner.outcome == "returned"
+        assert [b.kind for b in owner.boundaries if b.kind.startswith("hot")] == [
+            "hot.create",
+            *["hot.commit"] * 4,
+        ]
 
 
 def test_a_dry_run_and_a_real_run_reach_the_same_boundaries(fresh_url: FreshUrl) -> None:
