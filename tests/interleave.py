@@ -136,6 +136,8 @@ class Actor:
         self._rules: list[Rule] = []
         self._go = False
         self._killed = False
+        self._left = 0  # pauses it has left
+        self.killed_at: Boundary | None = None
         self._thread: threading.Thread | None = None
 
     def __repr__(self) -> str:
@@ -174,9 +176,11 @@ class Actor:
             if self.paused_at is None:
                 raise InterleavingError(f"{self!r} is not paused")
             self._go = True
+            left = self._left
             self.run.cond.notify_all()
-        # Until it has left the boundary: a wait for its next pause must not see this one.
-        self.run.wait_for(lambda: self.paused_at is None, f"{self.name} resumes")
+        # Until it has left the boundary, so that a wait for its next pause cannot see this
+        # one. Counted, not "paused_at is None": it may pause again before this thread looks.
+        self.run.wait_for(lambda: self._left > left, f"{self.name} resumes")
         return self
 
     def run_until(self, rule: Rule | int) -> Boundary | None:
@@ -243,18 +247,23 @@ class Actor:
             self.result = self.fn()
         except BaseException as error:  # noqa: BLE001 - collected for the test to judge
             self.error = error
-        finally:
-            with self.run.cond:
-                self.done = True
-                self.run.cond.notify_all()
+        if self.killed_at is not None and not isinstance(self.error, ActorKilled):
+            # SQLAlchemy, cleaning up the statement that never ran, may raise its own error
+            # in place of ours; the actor died all the same.
+            died = ActorKilled(f"{self.name} killed at {self.killed_at}")
+            died.__context__ = self.error
+            self.error = died
+        with self.run.cond:
+            self.done = True
+            self.run.cond.notify_all()
 
     def arrive(self, kind: str, sql: str, free: bool, change: Commit | None) -> None:
         """Called before each of its statements: record the boundary, pause if told."""
         cond = self.run.cond
         with cond:
-            if self._killed:
-                raise ActorKilled(self.name)
             here = Boundary(len(self.boundaries), kind, sql, free, change)
+            if self._killed:
+                self._die(here)
             self.boundaries.append(here)
             rule = next((r for r in self._rules if r(here)), None)
             if rule is None:
@@ -264,9 +273,15 @@ class Actor:
             cond.notify_all()
             woke = cond.wait_for(lambda: self._go or self._killed, self.run.timeout)
             self.paused_at = None
+            self._left += 1
             cond.notify_all()
             if self._killed or not woke:  # never resumed: stop rather than hang
-                raise ActorKilled(self.name)
+                self._die(here)
+
+    def _die(self, here: Boundary) -> None:
+        self._killed = True
+        self.killed_at = self.killed_at or here
+        raise ActorKilled(f"{self.name} killed at {here}")
 
 
 def _at(index: int) -> Rule:

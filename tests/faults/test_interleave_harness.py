@@ -89,6 +89,31 @@ def test_a_killed_owner_sends_nothing_more(url: str) -> None:
         assert len(owner.boundaries) == at.index + 1
 
 
+def test_back_to_back_pauses_are_each_seen(url: str) -> None:
+    """Resuming waits until the actor has left its pause: the next wait cannot mistake
+    the old pause for the new one, however soon the actor pauses again."""
+    with Interleaving(url, sagas=[races.ORDER]) as run:
+        owner = races.owner_of(run, {}, 60.0)
+        assert [getattr(owner.run_until(k), "index", None) for k in (1, 2, 3)] == [1, 2, 3]
+        owner.run_to_end()
+
+
+def test_an_operator_killed_at_a_read_reports_its_death_and_writes_nothing(url: str) -> None:
+    with Interleaving(url, sagas=[races.ORDER]) as run:
+        owner = races.owner_of(run, {}, 60.0)
+        at = owner.run_until(races.starts_pivot)
+        assert at is not None
+        assert at.change is not None
+        before = dump(url, at.change.saga_id)
+        coord = run.coordinator()
+        op = run.actor("op", lambda: coord.compensate(at.change.saga_id), coord)
+        assert op.run_until(lambda b: b.kind == "sql" and "FROM saga_steps" in b.sql)
+        op.kill()
+        op.wait_done()
+        assert isinstance(op.error, ActorKilled), repr(op.error)
+        assert dump(url, at.change.saga_id) == before
+
+
 def test_a_wait_that_cannot_end_fails_the_test_clearly(url: str) -> None:
     stuck = threading.Event()
     with Interleaving(url, timeout=0.5) as run:
