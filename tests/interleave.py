@@ -12,11 +12,11 @@ boundary, and then let it go on::
     with Interleaving(url, sagas=[order]) as run:
         owner_coord, op_coord = run.coordinator(), run.coordinator()
         owner = run.actor("owner", lambda: owner_coord.run(order, key="k"), owner_coord)
-        owner.run_until(lambda b: b.kind == "hot.commit" and b.index >= 2)
-        op = run.actor("operator", lambda: op_coord.compensate(saga_id), op_coord)
-        op.run_until(is_claim)          # paused just before its claim
-        owner.run_to_end()              # the owner finishes meanwhile
-        op.run_to_end()                 # then the claim goes through (or not)
+        at = owner.run_until(lambda b: b.writes_step("ship", "running"))  # pivot next
+        op = run.actor("operator", lambda: op_coord.compensate(at.change.saga_id), op_coord)
+        op.run_until(k)                 # paused before its boundary k (a dry run counts them)
+        owner.run_to_end()              # the owner passes the pivot meanwhile
+        op.run_to_end()                 # then the operator goes on: claims, or is refused
         op.outcome, owner.outcome       # "returned" or the exception's class name
 
 Boundaries. A boundary comes *before* a statement and is seen in two places:
@@ -41,8 +41,8 @@ worker threads count as the actor. The heartbeat thread of a hooked
 coordinator belongs to no actor: its renewals pass freely unless the test
 holds them (:meth:`Actor.hold_heartbeat`: no renewal runs, so a lease is
 never extended while the test compares rows, and a "dead" owner's lease runs
-out). A renewal can itself be an actor: call ``coord.heartbeat``'s renewal
-from an actor's function.
+out). A renewal can itself be an actor: call ``coord.store.renew_many`` from an
+actor's function (tests/faults/test_interleave_harness.py does).
 
 Dry runs. ``actor.boundaries`` lists every boundary an actor reached, in
 order; running an actor once to its end ("count the boundaries") and reading

@@ -9,10 +9,10 @@ lease released.
 The rules every interleaving must keep:
 
 * once the pivot may have acted (its action was called, or it is recorded as
-  started and not as skipped),
-  no step before it is ever compensated (no ``compensation_started`` /
-  ``compensation_done`` event, no compensation call) and the saga never ends
-  ``compensated`` or ``cancelled``;
+  started and not as skipped), no step before it is ever compensated (no
+  ``compensation_started`` / ``compensation_done`` event, no compensation
+  call) and the saga never ends ``compensated`` or ``cancelled``;
+* a verb that was refused changed nothing (the sweeps compare row dumps);
 * each actor stops in an allowed way (a verb: returned, refused with
   ``OperationRefusedError`` / ``SagaBusyError``, or ``SagaFailed``; an owner:
   returned, ``SagaFailed``, ``LeaseLostError``, or killed by the test);

@@ -104,14 +104,15 @@ def test_an_operator_killed_at_a_read_reports_its_death_and_writes_nothing(url: 
         at = owner.run_until(races.starts_pivot)
         assert at is not None
         assert at.change is not None
-        before = dump(url, at.change.saga_id)
+        saga_id = at.change.saga_id
+        before = dump(url, saga_id)
         coord = run.coordinator()
-        op = run.actor("op", lambda: coord.compensate(at.change.saga_id), coord)
+        op = run.actor("op", lambda: coord.compensate(saga_id), coord)
         assert op.run_until(lambda b: b.kind == "sql" and "FROM saga_steps" in b.sql)
         op.kill()
         op.wait_done()
         assert isinstance(op.error, ActorKilled), repr(op.error)
-        assert dump(url, at.change.saga_id) == before
+        assert dump(url, saga_id) == before
 
 
 def test_a_wait_that_cannot_end_fails_the_test_clearly(url: str) -> None:
