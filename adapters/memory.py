@@ -193,13 +193,18 @@ class InMemorySagaStore:
                 self._append(row.saga.id, row.saga.epoch, claimed, now)
             return [row.saga.id for row in stuck]
 
-    def request_cancel(self, saga_id: str, event: Event) -> None:
+    def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         with self._lock:
             row = self._rows.get(saga_id)
             if row is None:
                 raise UnknownSagaError(f"no saga with id {saga_id}")
-            if row.saga.status is not SagaStatus.RUNNING or row.saga.cancel_requested:
-                return  # finished meanwhile, or already requested: as the SQL store does
+            if row.saga.status is not SagaStatus.RUNNING:
+                return  # finished meanwhile: as the SQL store does
+            changed = guard_broken(self._loaded(saga_id), guard)
+            if changed is not None:
+                raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
+            if row.saga.cancel_requested:
+                return  # already requested
             row.saga = dataclasses.replace(row.saga, cancel_requested=True)
             self._append(saga_id, row.saga.epoch, event, self.now())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -248,17 +249,24 @@ class AsyncCoordinator:
         ``Coordinator.cancel``."""
         record = await asyncio.to_thread(self.sync._load, saga_id)
         operations.refuse_cancel(record)
-        await self.store.call(
-            self.sync.store.request_cancel, saga_id, operations.by_operator("cancel")
-        )
+        guard, event = operations.cancel_guard(), operations.by_operator("cancel")
+        request = functools.partial(self.sync.store.request_cancel, saga_id, event, guard)
+        await self.store.call(self.sync.guarded, request, saga_id, operations.refuse_cancel)
         saga = self.sync._saga_if_known(record)
         if saga is None and record.kind == "declarative":
             return await self.get(saga_id)  # recorded; a process with the definition unwinds it
         try:
-            claim, guard = operations.claimed("cancel"), operations.cancel_guard()
-            record = await self._claim_guarded(saga_id, claim, guard, operations.refuse_cancel)
-        except SagaBusyError:
-            return await self.get(saga_id)  # its live owner stops at the next step boundary
+            claim = functools.partial(
+                self.sync.store.claim,
+                saga_id,
+                self.owner,
+                self.lease_ttl,
+                operations.claimed("cancel"),
+                guard,
+            )
+            record = await self.store.call(claim)
+        except OperationRefusedError:  # busy, or its owner honoured the request meanwhile
+            return await self.get(saga_id)
         return await self._unwind(await self._turn(record, "cancel requested"), saga)
 
     async def _claim_guarded(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import socket
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from saga import engine, faults, operations
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
@@ -32,6 +33,8 @@ from saga.scope import SagaScope
 from saga.status import SagaStatus
 from saga.store import open_store
 from saga.views import SagaView, view_of
+
+T = TypeVar("T")
 
 
 def new_owner_id() -> str:
@@ -231,8 +234,11 @@ class Coordinator:
 
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
-        as ``recover`` would; the claim is recorded as an operator action."""
-        self.store.claim(saga_id, self.owner, self.lease_ttl, operations.by_operator("recover"))
+        as ``recover`` would; the claim is recorded as an operator action. Only a running
+        or compensating saga is taken (checked in the claim): a ``failed`` one waits for
+        ``retry-compensation`` or ``mark-compensated``."""
+        event, guard = operations.by_operator("recover"), operations.recover_guard()
+        self.claim_guarded(saga_id, event, guard, operations.refuse_recover)
         return self._recover_one(saga_id, compensate)
 
     def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:
@@ -326,16 +332,19 @@ class Coordinator:
         """
         record = self._load(saga_id)
         operations.refuse_cancel(record)
-        self.store.request_cancel(saga_id, operations.by_operator("cancel"))
+        guard = operations.cancel_guard()
+        event = operations.by_operator("cancel")
+        request = functools.partial(self.store.request_cancel, saga_id, event, guard)
+        self.guarded(request, saga_id, operations.refuse_cancel)
         saga = self._saga_if_known(record)
         if saga is None and record.kind == "declarative":
             return self.get(saga_id)  # recorded; a process with the definition unwinds it
         try:
-            claim = operations.claimed("cancel")
-            guard = operations.cancel_guard()
-            record = self.claim_guarded(saga_id, claim, guard, operations.refuse_cancel)
-        except SagaBusyError:
-            return self.get(saga_id)  # its live owner stops at the next step boundary
+            record = self.store.claim(
+                saga_id, self.owner, self.lease_ttl, operations.claimed("cancel"), guard
+            )
+        except OperationRefusedError:  # busy, or its owner honoured the request meanwhile
+            return self.get(saga_id)
         return self._unwind(self._turn(record, "cancel requested"), saga)
 
     def claim_guarded(
@@ -348,8 +357,19 @@ class Coordinator:
         """Claim the saga for an operator's verb, on the condition the verb was decided
         under (``guard``, checked inside the claim). If the saga moved on since it was
         read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
+        return self.guarded(
+            lambda: self.store.claim(saga_id, self.owner, self.lease_ttl, event, guard),
+            saga_id,
+            refuse,
+        )
+
+    def guarded(
+        self, write: Callable[[], T], saga_id: str, refuse: Callable[[SagaRecord], None]
+    ) -> T:
+        """``write()``; if its guard no longer held, the verb's own refusal of the saga's
+        new state says why, else ``SagaChangedError`` does."""
         try:
-            return self.store.claim(saga_id, self.owner, self.lease_ttl, event, guard)
+            return write()
         except SagaChangedError:
             refuse(self._load(saga_id))
             raise

@@ -188,6 +188,22 @@ def resume_guard(record: SagaRecord) -> ClaimGuard:
     return ClaimGuard(frozenset({SagaStatus.RUNNING}), record.epoch)
 
 
+def refuse_recover(record: SagaRecord) -> None:
+    if record.status.is_terminal:
+        hint = (
+            ": see retry-compensation and mark-compensated" if not record.status.is_finished else ""
+        )
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is {record.status.value}; recovery takes running or "
+            f"compensating sagas only{hint}",
+        )
+
+
+def recover_guard() -> ClaimGuard:
+    return ClaimGuard(frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING}))
+
+
 def cancel_guard() -> ClaimGuard:
     """A cancel unwinds a running saga whose pivot has not acted: the request itself is
     already recorded, so whoever claimed the saga since (and carries it on) honours it."""

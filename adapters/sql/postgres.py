@@ -31,6 +31,9 @@ class PostgresDialect:
     by default SQLAlchemy's (5, plus 10 overflow)."""
 
     name = "postgresql"
+    # READ COMMITTED gives each statement its own snapshot: a saga row read before an
+    # owner's commit and its steps read after it would describe no state that existed.
+    read_isolation = "REPEATABLE READ"
 
     def __init__(self, pool_size: int | None = None) -> None:
         self.pool: dict[str, Any] = {}

@@ -13,6 +13,7 @@ _UNIX_EPOCH_JULIAN_DAY = 2440587.5
 
 class SqliteDialect:
     name = "sqlite"
+    read_isolation = None  # every transaction is IMMEDIATE: one writer, one snapshot
 
     def create_engine(self, url: str) -> Engine:
         engine = create_engine(

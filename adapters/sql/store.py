@@ -122,6 +122,19 @@ class SqlSagaStore:
         with self._translated(), self.engine.begin() as connection:
             return work(connection)
 
+    def _read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` in one read-only transaction that sees one snapshot throughout."""
+
+        def once() -> T:
+            self._ensure_schema()
+            with self._translated(), self.engine.connect() as connection:
+                if self.dialect.read_isolation is not None:
+                    connection.execution_options(isolation_level=self.dialect.read_isolation)
+                with connection.begin():
+                    return work(connection)
+
+        return self._retried(once)
+
     def _retried(self, work: Callable[[], T]) -> T:
         """``work()``; while the database is unreachable, tenacity retries it with backoff."""
         try:  # the common case pays nothing for the retry machinery
@@ -440,12 +453,7 @@ class SqlSagaStore:
                 assert loaded is not None
                 return loaded
             if guard is not None:
-                # Lock the row first: every commit of the owner updates it, so from here
-                # to our COMMIT no step can change, and the guard's step check below (a
-                # later statement, with a later snapshot) sees every commit before ours.
-                connection.execute(
-                    select(t.instances.c.id).where(t.instances.c.id == saga_id).with_for_update()
-                )
+                self._lock_row(connection, saga_id)
             row = connection.execute(
                 update(t.instances)
                 .where(*self._claimable(saga_id, guard))
@@ -469,17 +477,28 @@ class SqlSagaStore:
 
         return self._transaction(work)
 
+    def _lock_row(self, connection: Connection, saga_id: str) -> None:
+        """Lock the saga row until this transaction ends. Every commit of the owner updates
+        it first, so from here on no step can change, and a guard's step check (a later
+        statement, with a later snapshot) sees every commit made before ours."""
+        i = t.instances.c
+        connection.execute(select(i.id).where(i.id == saga_id).with_for_update())
+
     def _claimable(self, saga_id: str, guard: ClaimGuard | None) -> list[ColumnElement[bool]]:
         """The conditions under which the saga may be taken, all checked in the claim."""
-        i, s = t.instances.c, t.steps.c
+        i = t.instances.c
         # A live lease is never taken, not even from this owner: another thread of
         # the same coordinator may be executing the saga right now.
         free = or_(i.owner.is_(None), i.lease_expires_at < self.dialect.now())
         unfinished = i.status.in_(_CLAIMABLE)  # it may have finished since the caller read it
-        conditions = [i.id == saga_id, free, unfinished]
+        return [i.id == saga_id, free, unfinished, *self._guarded(saga_id, guard)]
+
+    def _guarded(self, saga_id: str, guard: ClaimGuard | None) -> list[ColumnElement[bool]]:
+        """``guard`` as SQL conditions on the saga row (and its pivot steps)."""
         if guard is None:
-            return conditions
-        conditions.append(i.status.in_([status.value for status in guard.statuses]))
+            return []
+        i, s = t.instances.c, t.steps.c
+        conditions = [i.status.in_([status.value for status in guard.statuses])]
         if guard.epoch is not None:
             conditions.append(i.epoch == guard.epoch)
         if guard.before_pivot:
@@ -554,20 +573,27 @@ class SqlSagaStore:
             query = query.where(i.id == saga_id)
         return list(connection.execute(query.order_by(i.lease_expires_at)).scalars())
 
-    def request_cancel(self, saga_id: str, event: Event) -> None:
+    def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         def work(connection: Connection) -> None:
             i = t.instances.c
+            if guard is not None:
+                self._lock_row(connection, saga_id)
             row = connection.execute(
                 update(t.instances)
                 .where(i.id == saga_id, i.status == SagaStatus.RUNNING.value)
-                .where(i.cancel_requested.is_(False))
+                .where(i.cancel_requested.is_(False), *self._guarded(saga_id, guard))
                 .values(cancel_requested=True)
                 .returning(i.epoch)
             ).first()
             if row is not None:
                 self._append(connection, saga_id, row.epoch, event)
-            elif self._load(connection, saga_id) is None:
+                return
+            current = self._load(connection, saga_id)
+            if current is None:
                 raise UnknownSagaError(f"no saga with id {saga_id}")
+            changed = guard_broken(current, guard)
+            if current.status is SagaStatus.RUNNING and changed is not None:
+                raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
             # else it finished meanwhile, or the request is already recorded (maybe by
             # our own earlier try, whose acknowledgement was lost): nothing to write
 
@@ -601,10 +627,10 @@ class SqlSagaStore:
     # -- reads ------------------------------------------------------------------------
 
     def load(self, saga_id: str) -> SagaRecord | None:
-        return self._transaction(lambda c: self._load(c, saga_id))
+        return self._read(lambda c: self._load(c, saga_id))
 
     def find(self, name: str, key: str) -> SagaRecord | None:
-        return self._transaction(lambda c: self._find(c, name, key))
+        return self._read(lambda c: self._find(c, name, key))
 
     def _load(self, connection: Connection, saga_id: str) -> SagaRecord | None:
         row = connection.execute(select(t.instances).where(t.instances.c.id == saga_id)).first()
@@ -620,7 +646,7 @@ class SqlSagaStore:
             rows = connection.execute(self._list_statement(query)).all()
             return self._with_steps(connection, rows)
 
-        return self._transaction(work)
+        return self._read(work)
 
     def _list_statement(self, query: ListQuery) -> Any:
         i = t.instances.c

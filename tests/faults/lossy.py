@@ -91,9 +91,9 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         return self._write("claim_expired", lambda: parent.claim_expired(owner, lease_ttl, limit))
 
-    def request_cancel(self, saga_id: str, event: Event) -> None:
+    def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         parent = super()
-        self._write("request_cancel", lambda: parent.request_cancel(saga_id, event))
+        self._write("request_cancel", lambda: parent.request_cancel(saga_id, event, guard))
 
     def record_event(self, saga_id: str, event: Event) -> None:
         parent = super()
