@@ -19,7 +19,16 @@ from rich.progress import Progress
 from saga import admin
 from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app, db_app
 from saga.cli.render import render_recovery, render_schema, render_standing
-from saga.cli.session import FAILED, OK, Session, reporting, respond, scrub, session_of
+from saga.cli.session import (
+    FAILED,
+    OK,
+    Session,
+    printable,
+    reporting,
+    respond,
+    scrub,
+    session_of,
+)
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
 from saga.views import SagaView
@@ -162,7 +171,7 @@ def worker_command(
 
 def _log(session: Session, text: str) -> None:
     stamp = admin.iso_time(time.time())
-    session.err.print(f"{stamp} {scrub(text, session.url)}", markup=False)
+    session.err.print(f"{stamp} {printable(scrub(text, session.url))}", markup=False)
 
 
 @contextlib.contextmanager
