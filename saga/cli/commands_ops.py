@@ -66,7 +66,8 @@ def recover_command(
         session.emit_json(summary.as_json())
     else:
         render_recovery(session, summary)
-    raise typer.Exit(OK if summary.ok else FAILED)
+    # A dry run changed nothing, so nothing failed: it exits 0 and its report says the rest.
+    raise typer.Exit(OK if summary.ok or summary.dry_run else FAILED)
 
 
 @contextlib.contextmanager
@@ -234,8 +235,8 @@ def purge_command(
 def _confirm(question: str) -> None:
     if not sys.stdin.isatty():
         raise ConfigurationError("purge needs confirmation: run it on a terminal or pass --yes")
-    if not typer.confirm(question, default=False):
-        raise typer.Exit(FAILED)
+    # Declining aborts (exit 1, "saga: aborted" on stderr), as Ctrl-C and end of input do.
+    typer.confirm(question, default=False, abort=True)
 
 
 def _purge_progress(session: Session) -> Callable[[int], None] | None:
