@@ -230,8 +230,9 @@ class Coordinator:
 
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
-        as ``recover`` would; the claim is recorded as an operator action."""
-        self.store.claim(saga_id, self.owner, self.lease_ttl, operations.by_operator("recover"))
+        as ``recover`` would; the claim is recorded naming the operator."""
+        claim = Event("lease_claimed", detail={"why": "operator recover", **operator_detail()})
+        self.store.claim(saga_id, self.owner, self.lease_ttl, claim)
         return self._recover_one(saga_id, compensate)
 
     def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:

@@ -57,6 +57,26 @@ def test_recover_dry_run_exits_0_even_when_it_would_skip(world: World, tmp_path:
     assert report["ok"] is False  # what a real run would report
 
 
+def test_recover_records_its_claim_as_lease_claimed_naming_the_operator(
+    world: World, coord: Coordinator, tmp_path: Path
+) -> None:
+    result = saga(world, "recover", world.stuck, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = coord.history(world.stuck)
+    assert [e.detail for e in events if e.kind == "operator_action"] == []
+    (claim,) = [e for e in events if e.kind == "lease_claimed"]
+    assert claim.detail is not None
+    assert claim.detail["why"] == "operator recover"
+    assert claim.detail["by"]
+    assert claim.detail["host"]
+    assert claim.detail["owner"]
+    assert claim.epoch == 2
+    history = saga(world, "history", world.stuck, cwd=tmp_path)
+    who = f"{claim.detail['by']}@{claim.detail['host']}"
+    line = f"lease claimed by {claim.detail['owner']} to operator recover (by {who}, epoch 2)"
+    assert line in history.stdout
+
+
 def test_db_without_a_subcommand_prints_usage_and_exits_2(world: World, tmp_path: Path) -> None:
     result = saga(world, "db", cwd=tmp_path)
     assert result.returncode == 2

@@ -42,7 +42,8 @@ def test_recover_finishes_every_stuck_saga_and_summarises(world: World, coord: C
     assert coord.get(world.stuck).status is SagaStatus.COMPLETED
     assert coord.get(world.stuck).step("charge").attempt == 2
     assert coord.get(world.stuck_imperative).status is SagaStatus.COMPENSATED
-    assert operator_actions(coord, world.stuck) == ["recover"]
+    claims = [e.detail for e in coord.history(world.stuck) if e.kind == "lease_claimed"]
+    assert [(d or {}).get("why") for d in claims] == ["operator recover"]
 
 
 def test_recover_given_ids_compensates_on_request_and_skips_what_is_not_stuck(
