@@ -234,11 +234,11 @@ class Coordinator:
 
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
-        as ``recover`` would; the claim is recorded as an operator action. Only a running
+        as ``recover`` would; the claim is recorded naming the operator. Only a running
         or compensating saga is taken (checked in the claim): a ``failed`` one waits for
         ``retry-compensation`` or ``mark-compensated``."""
-        event, guard = operations.by_operator("recover"), operations.recover_guard()
-        self.claim_guarded(saga_id, event, guard, operations.refuse_recover)
+        claim = Event("lease_claimed", detail={"why": "operator recover", **operator_detail()})
+        self.claim_guarded(saga_id, claim, operations.recover_guard(), operations.refuse_recover)
         return self._recover_one(saga_id, compensate)
 
     def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:

@@ -6,6 +6,7 @@ now stands.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 
 from saga import engine
 from saga.admin.facts import past_pivot
@@ -48,6 +49,8 @@ def mark_compensated(coord: Coordinator, saga_id: str, step: str, reason: str) -
     failing: the operator fixed things outside saga and says so here. The
     step is recorded as compensated (with who, where and why), and the
     compensations of the steps below it run as ``retry-compensation`` would.
+    Only that step, the top of what is left to undo, can be marked; any other
+    is refused (naming it) before anything is written.
     """
     saga_id = parse_saga_id(saga_id)
     if not reason.strip():
@@ -155,13 +158,23 @@ def _require_failed(view: SagaView, action: str) -> None:
 
 
 def _undo_candidate(record: SagaRecord, step: str, definition: Saga | None) -> StepRecord:
-    """The recorded step ``step`` if it is still waiting to be compensated."""
+    """The recorded step ``step`` if it is the next to be compensated: the top of what
+    is left to undo, whose compensation failed for good."""
     waiting = {s.name: s for s in engine.undo_stack(record) if _has_undo(s, definition)}
-    if step in waiting:
-        return waiting[step]
+    top = next(iter(waiting.values()), None)  # undo_stack is newest first
+    if top is not None and top.name == step:
+        return top
     names = ", ".join(waiting) or "none"
     if record.step(step) is None:
         raise UnknownSagaError(f"saga {record.id} has no step {step!r}; steps to undo: {names}")
+    if top is not None and step in waiting:
+        # Undoing out of order would record a stack that was never unwound newest first.
+        raise OperationRefusedError(
+            record.id,
+            f"step {step!r} of saga {record.id} is not next to undo: step {top.name!r}, "
+            f"whose compensation failed, comes first (retry-compensation, or "
+            f"mark-compensated --step {shlex.quote(top.name)} once you undid it by hand)",
+        )
     raise OperationRefusedError(
         record.id, f"step {step!r} of saga {record.id} has nothing to undo; steps to undo: {names}"
     )

@@ -142,7 +142,9 @@ def _compensated_text(event: EventRecord) -> str:
 def _claim_text(event: EventRecord) -> str:
     detail = event.detail or {}
     why = f" to {detail['why']}" if detail.get("why") else ""
-    return f"lease claimed by {detail.get('owner', '?')}{why} (epoch {event.epoch})"
+    # An operator's claim (``saga recover``) names the person as well as the process.
+    who = f"by {detail['by']}@{detail.get('host', '?')}, " if detail.get("by") else ""
+    return f"lease claimed by {detail.get('owner', '?')}{why} ({who}epoch {event.epoch})"
 
 
 def _operator_text(event: EventRecord) -> str:

@@ -70,7 +70,12 @@ class RecoverySummary:
 
     @property
     def ok(self) -> bool:
-        return self.count(Result.FAILED) == 0
+        """Every saga listed was recovered (under ``dry_run``: none would be skipped).
+
+        A saga skipped (not stuck, no definition, taken meanwhile) is not recovered,
+        any more than one that failed; an empty run, with nothing stuck, is ok.
+        """
+        return self.count(Result.FAILED) == 0 and self.count(Result.SKIPPED) == 0
 
     def as_json(self) -> dict[str, Any]:
         return {

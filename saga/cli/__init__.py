@@ -32,7 +32,7 @@ from saga.cli import commands_ops  # noqa: F401
 
 # isort: on
 from saga.cli.options import app
-from saga.cli.session import BAD_INPUT, FAILED, OK
+from saga.cli.session import BAD_INPUT, FAILED, OK, printable
 
 __all__ = ["app", "main"]
 
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = command.main(args=argv, prog_name="saga", standalone_mode=False)
     except typer.TyperException as error:  # typer's usage errors (bad option, missing argument)
-        sys.stderr.write(f"saga: error: {_usage_line(error)}\n")
+        sys.stderr.write(f"saga: error: {printable(_usage_line(error))}\n")
         code = getattr(error, "exit_code", BAD_INPUT)
     except typer.Abort:
         sys.stderr.write("saga: aborted\n")

@@ -19,7 +19,16 @@ from rich.progress import Progress
 from saga import admin
 from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app, db_app
 from saga.cli.render import render_recovery, render_schema, render_standing
-from saga.cli.session import FAILED, OK, Session, reporting, respond, scrub, session_of
+from saga.cli.session import (
+    FAILED,
+    OK,
+    Session,
+    printable,
+    reporting,
+    respond,
+    scrub,
+    session_of,
+)
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
 from saga.views import SagaView
@@ -57,7 +66,8 @@ def recover_command(
         session.emit_json(summary.as_json())
     else:
         render_recovery(session, summary)
-    raise typer.Exit(OK if summary.ok else FAILED)
+    # A dry run changed nothing, so nothing failed: it exits 0 and its report says the rest.
+    raise typer.Exit(OK if summary.ok or summary.dry_run else FAILED)
 
 
 @contextlib.contextmanager
@@ -188,7 +198,7 @@ def worker_command(
 
 def _log(session: Session, text: str) -> None:
     stamp = admin.iso_time(time.time())
-    session.err.print(f"{stamp} {scrub(text, session.url)}", markup=False)
+    session.err.print(f"{stamp} {printable(scrub(text, session.url))}", markup=False)
 
 
 @contextlib.contextmanager
@@ -251,8 +261,8 @@ def purge_command(
 def _confirm(question: str) -> None:
     if not sys.stdin.isatty():
         raise ConfigurationError("purge needs confirmation: run it on a terminal or pass --yes")
-    if not typer.confirm(question, default=False):
-        raise typer.Exit(FAILED)
+    # Declining aborts (exit 1, "saga: aborted" on stderr), as Ctrl-C and end of input do.
+    typer.confirm(question, default=False, abort=True)
 
 
 def _purge_progress(session: Session) -> Callable[[int], None] | None:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from saga.cli.session import Session
+from saga.cli.session import BAD_INPUT, Session
 
 app = typer.Typer(
     name="saga",
@@ -67,5 +67,9 @@ def main_options(
 @db_app.callback()
 def db_options(ctx: typer.Context) -> None:
     """Create, migrate and check the schema."""
-    if ctx.invoked_subcommand is None:
-        typer.echo(ctx.get_help())
+    if ctx.invoked_subcommand is None:  # `saga db` alone is a usage error, exit 2
+        typer.echo(ctx.get_usage(), err=True)
+        typer.echo(
+            "saga: error: missing command: upgrade or status (see `saga db --help`)", err=True
+        )
+        raise typer.Exit(BAD_INPUT)

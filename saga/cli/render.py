@@ -1,5 +1,10 @@
 """What the admin functions return, for reading: tables on a terminal,
 aligned plain text elsewhere (see :meth:`Session.table`).
+
+Stored text (names, keys, errors, event details) is never trusted to be
+printable: :class:`Session` escapes what it prints with
+:func:`~saga.cli.session.printable`, and so does ``_styled`` here, before rich
+sees the text.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from typing import Any
 from rich.text import Text
 
 from saga import admin
-from saga.cli.session import Session
+from saga.cli.session import Session, printable
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView, StepView
 
@@ -30,6 +35,13 @@ STEP_STYLES = {
     StepStatus.COMPENSATING: "bold yellow",
     StepStatus.COMPENSATED: "yellow",
 }
+
+
+def _styled(text: str, style: str = "") -> Text:
+    """Stored text in a style: escaped first, since rich's ``Text`` silently drops some
+    control characters (BEL, CR) that the operator should see as escapes instead."""
+    return Text(printable(text), style=style)
+
 
 # -- list -------------------------------------------------------------------------------------
 
@@ -153,7 +165,7 @@ def _event_row(entry: admin.TimelineEntry) -> list[str | Text]:
         "+" + admin.human_duration(entry.offset),
         took,
         str(entry.event.epoch or ""),
-        Text(entry.text, style=style),
+        _styled(entry.text, style),
     ]
 
 
@@ -231,14 +243,12 @@ def render_recovery(session: Session, summary: admin.RecoverySummary) -> None:
 def _recovery_line(item: admin.RecoveryItem, dry_run: bool) -> Text:
     reason = f": {item.reason}" if item.reason else ""
     if item.result is admin.Result.SKIPPED:
-        return Text(f"skipped      {item.saga_id} ({item.name}){reason}", style="dim")
+        return _styled(f"skipped      {item.saga_id} ({item.name}){reason}", "dim")
     if dry_run:
-        return Text(f"would {item.plan.value:<8} {item.saga_id} ({item.name})")
+        return _styled(f"would {item.plan.value:<8} {item.saga_id} ({item.name})")
     status = f" -> {item.status.value}" if item.status else ""
     style = "red" if item.result is admin.Result.FAILED else "green"
-    return Text(
-        f"{item.result.value:<12} {item.saga_id} ({item.name}){status}{reason}", style=style
-    )
+    return _styled(f"{item.result.value:<12} {item.saga_id} ({item.name}){status}{reason}", style)
 
 
 def render_standing(session: Session, view: SagaView) -> None:

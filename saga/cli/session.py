@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import traceback
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -61,31 +62,93 @@ class Session:
         return flag or self.json
 
     def emit_json(self, payload: Any) -> None:
-        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        typer.echo(json_text(payload))
 
     def say(self, text: str | Text = "", style: str | None = None) -> None:
-        self.out.print(text, style=style, markup=False)
+        self.out.print(_safe(text), style=style, markup=False)
 
     def table(self, headers: Sequence[str] | None, rows: Sequence[Sequence[str | Text]]) -> None:
         """A rich table on a terminal, aligned plain columns elsewhere (no header row: None)."""
         if not rows and not headers:
             return
+        cells = [[_safe(cell) for cell in row] for row in rows]
         if self.out.is_terminal:
-            columns = headers or [""] * len(rows[0])
+            columns = headers or [""] * len(cells[0])
             table = Table(
                 *columns, box=None, header_style="bold", pad_edge=False, show_header=bool(headers)
             )
-            for row in rows:
+            for row in cells:
                 table.add_row(*row)
             self.out.print(table)
             return
-        for line in plain_columns(headers, rows):
+        for line in plain_columns(headers, cells):
             self.out.print(line, markup=False, highlight=False)
 
 
 def _console(*, stderr: bool) -> Console:
     # soft_wrap: plain output is never cut at 80 columns; user text is never markup.
     return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
+
+
+# Characters that must never reach a terminal as they are: controls (C0, DEL, C1: newlines
+# that forge rows, ESC sequences), format characters (bidi overrides, zero-width ones),
+# line and paragraph separators, and lone surrogates (which cannot even be encoded).
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def printable(text: str) -> str:
+    """``text`` made safe to print: every control or invisible formatting character
+    is written as an escape, the way Python writes it in a string (``\\n``,
+    ``\\x1b``, ``\\u202e``).
+
+    Names, keys, errors and event details are stored text, often from a client
+    of the application: printed as they are, a newline would forge a table row,
+    an escape sequence would drive the operator's terminal and a bidi override
+    would reorder what they read. Letters, symbols and emoji are left alone;
+    ``--json`` carries the exact text.
+    """
+    if text.isprintable():  # the common case; isprintable() is False for every unsafe category
+        return text
+    return "".join(_escaped(char) if _unsafe(char) else char for char in text)
+
+
+def _unsafe(char: str) -> bool:
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
+def _escaped(char: str) -> str:
+    return char.encode("unicode_escape").decode("ascii")
+
+
+def _safe(cell: str | Text) -> Text:
+    """A cell as rich text that is never markup and holds nothing unsafe (see ``printable``).
+
+    Renderers style a cell as a whole, so the style of a ``Text`` is kept as it is.
+    """
+    if isinstance(cell, Text):
+        return Text(printable(cell.plain), style=cell.style)
+    return Text(printable(cell))
+
+
+def json_text(payload: Any) -> str:
+    """``payload`` as indented JSON with nothing unsafe for a terminal in it.
+
+    ``json.dumps`` escapes C0 controls but leaves DEL, C1 controls, bidi overrides and
+    line separators raw; those are written as ``\\uXXXX`` escapes too, which every JSON
+    reader turns back into the exact stored text.
+    """
+    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    # Outside strings JSON holds only ASCII punctuation, digits, spaces and the newlines
+    # of the indentation; C0 controls in strings are already escaped by json.dumps.
+    return "".join(_json_escaped(c) if c != "\n" and _unsafe(c) else c for c in text)
+
+
+def _json_escaped(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # outside the BMP: a UTF-16 surrogate pair, as JSON spells it
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def plain_columns(headers: Sequence[str] | None, rows: Sequence[Sequence[str | Text]]) -> list[str]:
@@ -141,8 +204,9 @@ def reporting(session: Session) -> Iterator[None]:
     except Exception as error:
         code, message = explain(error)
         if session.debug:
-            session.err.print(scrub(traceback.format_exc(), session.url), markup=False, end="")
-        line = " ".join(scrub(message, session.url).split())
+            lines = scrub(traceback.format_exc(), session.url).split("\n")
+            session.err.print("\n".join(map(printable, lines)), markup=False, end="")
+        line = " ".join(printable(scrub(message, session.url)).split())
         session.err.print(f"saga: error: {line}", markup=False, style="red")
         raise typer.Exit(code) from None
 
