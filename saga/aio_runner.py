@@ -25,6 +25,7 @@ from saga.codec import decode, encode
 from saga.context import StepContext, entered
 from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.failure import compensation_failed
 from saga.frontier import Frontier
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
@@ -251,7 +252,7 @@ class AsyncRunner:
         write, event = engine.undo_failed(record, name, text)
         stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
         record = await self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
-        raise SagaFailed(record.id, SagaStatus.FAILED, None) from cause
+        raise compensation_failed(record, name, text, cause) from cause
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,10 +14,11 @@ from collections.abc import Collection, Iterable, Sequence
 
 from saga.codec import Encoded
 from saga.definition import Saga
+from saga.errors import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH  # re-exported: the stored bound
+from saga.errors import describe_error
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
 
-MAX_ERROR_LENGTH = 2000
 _MAY_HAVE_ACTED = (
     StepStatus.SUCCEEDED,
     StepStatus.RUNNING,
@@ -202,9 +203,8 @@ def failed_step(record: SagaRecord) -> str | None:
 
 
 def describe(error: BaseException) -> str:
-    """An error as one stored line of bounded length."""
-    text = f"{type(error).__name__}: {error}".replace("\x00", "\\0")
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 3] + "..."
+    """An error as one stored line of bounded length (``"TypeName: message"``)."""
+    return describe_error(error)
 
 
 def start(record: SagaRecord | None, template: StepRecord, attempt: int) -> StepWrite:

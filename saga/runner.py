@@ -21,6 +21,7 @@ from saga.context import StepContext, entered
 from saga.definition import Saga, Step
 from saga.engine import Cursor
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.failure import compensation_failed
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
@@ -331,7 +332,7 @@ class Runner:
         write, event = engine.undo_failed(record, name, text)
         stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
         record = self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
-        raise SagaFailed(record.id, SagaStatus.FAILED, None) from cause
+        raise compensation_failed(record, name, text, cause) from cause
 
     def _compensation(
         self, record: SagaRecord, step: StepRecord, saga: Saga | None

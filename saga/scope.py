@@ -68,6 +68,7 @@ class ScopeCore:
         self._calls = 0
         self._names: Counter[str] = Counter()
         self._failed_step: str | None = None
+        self._failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
         self._holding: Any = None
         self._result: Any = None
 
@@ -201,6 +202,8 @@ class ScopeCore:
         record = self._record
         if record is None:  # nothing was recorded, so nothing to undo
             return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
+        if self._failure is not None:  # s.parallel unwound the saga already: what that said
+            return self._failure
         if record.status is not SagaStatus.RUNNING:
             return SagaFailed(record.id, record.status, self._failed_step)
         return None
