@@ -271,6 +271,18 @@ def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     return StepWrite(new), Event("compensation_started", name, attempt)
 
 
+def undo_attempt_failed(
+    record: SagaRecord, name: str, previous_error: str | None
+) -> tuple[Event, ...]:
+    """The event of step ``name``'s last compensation attempt having failed with
+    ``previous_error`` (none without one): written with the next attempt's start, as
+    ``started_event`` writes ``attempt_failed`` for a step's forward attempts."""
+    if previous_error is None:
+        return ()
+    attempt = _recorded(record, name).undo_attempt
+    return (Event("compensation_attempt_failed", name, attempt, {"error": previous_error}),)
+
+
 def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATED)

@@ -303,28 +303,41 @@ class Runner:
         used = 0 if fresh else step.undo_attempt
         if not policy.allows(used + 1):
             return self._undo_exhausted(record, step.name, "compensation attempts used up")
+        cursor = Undoing(record)
         try:
             for retry_state in policy.retrying(attempts_used=used):
                 with retry_state:
-                    write, event = engine.undo_started(record, step.name)
-                    faults.point("before_undo", step.name)
-                    record = self.write(record, [write], [event])
-                    context = self._undo_context(record, step.name)
-                    if step.transactional:  # the undo and its record commit together
-                        cursor = Cursor(record)
-                        self.transactional(cursor, context, call, undone_outcome)
-                        faults.point("after_undo_commit", step.name)
-                        return cursor.record
-                    _call(call, context, None, step.name)
-                    faults.point("after_undo", step.name)
+                    if self._undo_attempt(cursor, step, call):
+                        return cursor.record  # transactional: "compensated" committed with it
         except INFRASTRUCTURE_ERRORS:
             raise
         except Exception as error:
-            return self._undo_exhausted(record, step.name, engine.describe(error), error)
-        write, event = engine.undone(record, step.name)
-        record = self.write(record, [write], [event])
+            return self._undo_exhausted(cursor.record, step.name, engine.describe(error), error)
+        write, event = engine.undone(cursor.record, step.name)
+        record = self.write(cursor.record, [write], [event])
         faults.point("after_undo_commit", step.name)
         return record
+
+    def _undo_attempt(self, cursor: Undoing, step: StepRecord, call: Action) -> bool:
+        """One attempt of ``step``'s compensation, its start durable first (with the error of
+        the attempt before, if that one failed). True when the compensation is transactional:
+        its "compensated" record then committed with its own writes."""
+        write, started = engine.undo_started(cursor.record, step.name)
+        events = [*engine.undo_attempt_failed(cursor.record, step.name, cursor.error), started]
+        faults.point("before_undo", step.name)
+        cursor.record = self.write(cursor.record, [write], events)
+        cursor.error = None
+        context = self._undo_context(cursor.record, step.name)
+        try:
+            if step.transactional:  # the undo and its record commit together
+                self.transactional(cursor, context, call, undone_outcome)
+            else:
+                _call(call, context, None, step.name)
+        except Exception as error:
+            cursor.error = engine.describe(error)  # written with the next attempt's start
+            raise
+        faults.point("after_undo_commit" if step.transactional else "after_undo", step.name)
+        return step.transactional
 
     def _undo_exhausted(
         self, record: SagaRecord, name: str, text: str, cause: BaseException | None = None
@@ -362,6 +375,14 @@ class Runner:
             result=result,
             compensating=True,
         )
+
+
+@dataclasses.dataclass
+class Undoing(Cursor):
+    """A compensation's retries: the latest record, and the error of the last attempt
+    until the next attempt's start records it (as ``attempt_failed`` is for a step)."""
+
+    error: str | None = None
 
 
 def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:

@@ -63,6 +63,7 @@ _END_OF = {
     "step_failed": "step_started",
     "attempt_failed": "step_started",
     "compensation_done": "compensation_started",
+    "compensation_attempt_failed": "compensation_started",
     "compensation_failed": "compensation_started",
 }
 
@@ -104,6 +105,9 @@ def describe_event(event: EventRecord) -> str:
         "step_succeeded": lambda: f"step {step} succeeded (attempt {attempt})",
         "step_failed": lambda: f"step {step} failed: {error}",
         "compensation_started": lambda: f"compensating step {step} (attempt {attempt})",
+        "compensation_attempt_failed": lambda: (
+            f"compensation of step {step} attempt {attempt} failed: {error}"
+        ),
         "compensation_done": lambda: _compensated_text(event),
         "compensation_failed": lambda: f"compensation of step {step} failed: {error}",
         "lease_claimed": lambda: _claim_text(event),

@@ -253,3 +253,11 @@ def test_ready_starts_independent_steps_together() -> None:
         engine.RunStep("b", 1),
         engine.RunStep("c", 1),
     ]
+
+
+def test_a_failed_compensation_attempt_is_an_event_for_the_next_start() -> None:
+    retried = dataclasses.replace(step("a", 1, T.COMPENSATING), undo_attempt=2)
+    [event] = engine.undo_attempt_failed(record(retried), "a", "ConnectionError: down")
+    assert (event.kind, event.step, event.attempt) == ("compensation_attempt_failed", "a", 2)
+    assert event.detail == {"error": "ConnectionError: down"}
+    assert engine.undo_attempt_failed(record(retried), "a", None) == ()
