@@ -263,7 +263,8 @@ class AsyncRunner:
     ) -> SagaRecord:
         write, event = engine.undo_failed(record, name, text)
         stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
-        record = await self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
+        # The saga's error stays the one that made it unwind; this one is on the step.
+        record = await self.write(record, [write], [event, stop], SagaStatus.FAILED)
         raise compensation_failed(record, name, text, cause) from cause
 
 

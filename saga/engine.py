@@ -16,6 +16,7 @@ from saga.codec import Encoded
 from saga.definition import Saga
 from saga.errors import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH  # re-exported: the stored bound
 from saga.errors import describe_error
+from saga.failure import failing_step
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
 
@@ -192,11 +193,9 @@ def unwound_status(record: SagaRecord) -> SagaStatus:
 
 
 def failed_step(record: SagaRecord) -> str | None:
-    """The step whose failure made the saga unwind, if any."""
-    for step in sorted(record.steps, key=lambda s: s.seq, reverse=True):
-        if step.error is not None and step.status in (StepStatus.FAILED, StepStatus.COMPENSATED):
-            return step.name
-    return None
+    """The step whose failure made the saga unwind, if any (see ``failure.failing_step``)."""
+    step = failing_step(record)
+    return None if step is None else step.name
 
 
 # -- records -----------------------------------------------------------------------------

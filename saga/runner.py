@@ -344,7 +344,8 @@ class Runner:
     ) -> SagaRecord:
         write, event = engine.undo_failed(record, name, text)
         stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
-        record = self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
+        # The saga's error stays the one that made it unwind; this one is on the step.
+        record = self.write(record, [write], [event, stop], SagaStatus.FAILED)
         raise compensation_failed(record, name, text, cause) from cause
 
     def _compensation(

@@ -24,6 +24,7 @@ from saga.errors import (
     OperationRefusedError,
     SagaFailed,
 )
+from saga.failure import recorded_failure
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
@@ -97,7 +98,7 @@ class ScopeCore:
             self._record = existing
             return False
         if existing.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-            raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
+            raise recorded_failure(existing)  # as the first run raised it, rebuilt
         return True  # running: continue it; compensating (a crash mid-unwind): finish that
 
     def _plan(
