@@ -283,10 +283,12 @@ def undo_attempt_failed(
 
 
 def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
+    """Step ``name`` compensated. Its finish time stays its action's (the compensation's own
+    times are its events'), so durations and completion order keep saying what happened."""
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATED)
     new = dataclasses.replace(step, status=StepStatus.COMPENSATED)
-    return StepWrite(new, stamp="finished"), Event("compensation_done", name, step.undo_attempt)
+    return StepWrite(new), Event("compensation_done", name, step.undo_attempt)
 
 
 def undo_failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:

@@ -261,3 +261,11 @@ def test_a_failed_compensation_attempt_is_an_event_for_the_next_start() -> None:
     assert (event.kind, event.step, event.attempt) == ("compensation_attempt_failed", "a", 2)
     assert event.detail == {"error": "ConnectionError: down"}
     assert engine.undo_attempt_failed(record(retried), "a", None) == ()
+
+
+def test_compensating_a_step_keeps_its_action_s_finish_time() -> None:
+    done = dataclasses.replace(step("a", 1, T.COMPENSATING), finished_at=10.0)
+    write, event = engine.undone(record(done), "a")
+    assert write.stamp is None  # no new finish time: 10.0 stays
+    assert (write.step.status, write.step.finished_at) == (T.COMPENSATED, 10.0)
+    assert event.kind == "compensation_done"
