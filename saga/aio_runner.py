@@ -207,8 +207,9 @@ class AsyncRunner:
         for step in engine.undo_stack(record):
             record = await self._undo(record, step, saga, fresh)
         status = engine.unwound_status(record)
+        settled, events = engine.nothing_to_undo(record)  # no step of it stays running
         faults.point("before_final_commit", None)
-        record = await self.write(record, [], [engine.moved(record, status)], status)
+        record = await self.write(record, settled, [*events, engine.moved(record, status)], status)
         faults.point("after_final_commit", None)
         return record
 

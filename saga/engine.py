@@ -291,6 +291,29 @@ def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     return StepWrite(new), Event("compensation_done", name, step.undo_attempt)
 
 
+def nothing_to_undo(record: SagaRecord) -> tuple[list[StepWrite], list[Event]]:
+    """The steps still ``running`` once everything else is undone, recorded compensated.
+
+    They were in flight when the saga turned (its process died, or it never
+    reported back) and there is nothing to undo for them: they have no
+    compensation, or they are transactional and their transaction never
+    committed. Without this an unwound saga would keep them ``running``,
+    shown as in doubt forever. The event says why nothing was undone.
+    """
+    writes: list[StepWrite] = []
+    events: list[Event] = []
+    for step in record.steps:
+        if step.status is not StepStatus.RUNNING or step.kind is not StepKind.COMPENSATABLE:
+            continue
+        check_step_move(step.name, StepStatus.RUNNING, StepStatus.COMPENSATING)
+        check_step_move(step.name, StepStatus.COMPENSATING, StepStatus.COMPENSATED)
+        why = "its transaction never committed" if step.transactional else "no compensation"
+        writes.append(StepWrite(dataclasses.replace(step, status=StepStatus.COMPENSATED)))
+        detail = {"reason": f"nothing to undo: {why}"}
+        events.append(Event("compensation_done", step.name, step.undo_attempt, detail))
+    return writes, events
+
+
 def undo_failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:
     step = _recorded(record, name)
     new = dataclasses.replace(step, error=error)

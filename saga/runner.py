@@ -283,8 +283,9 @@ class Runner:
         for step in engine.undo_stack(record):
             record = self._undo(record, step, saga, fresh)
         status = engine.unwound_status(record)
+        settled, events = engine.nothing_to_undo(record)  # no step of it stays running
         faults.point("before_final_commit", None)
-        record = self.write(record, [], [engine.moved(record, status)], status)
+        record = self.write(record, settled, [*events, engine.moved(record, status)], status)
         faults.point("after_final_commit", None)
         return record
 

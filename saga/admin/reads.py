@@ -53,7 +53,23 @@ def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
         pending = tuple(s.name for s in definition.order() if s.name not in recorded)
         declared = (s.name for s in definition.steps if s.kind is StepKind.PIVOT)
         pivot = pivot or next(declared, None)
-    return SagaDetail(view, coord.store.now(), pending, pivot)
+    notes = undo_notes(coord.history(view.id))
+    return SagaDetail(view, coord.store.now(), pending, pivot, notes)
+
+
+def undo_notes(events: Sequence[EventRecord]) -> dict[str, str]:
+    """Why a step was compensated without its compensation running ("nothing to undo:
+    no compensation"), from its last ``compensation_done`` event, by step name."""
+    notes: dict[str, str] = {}
+    for event in events:
+        if event.kind != "compensation_done" or event.step is None:
+            continue
+        reason = (event.detail or {}).get("reason")
+        if reason:
+            notes[event.step] = str(reason)
+        else:
+            notes.pop(event.step, None)
+    return notes
 
 
 # -- history ----------------------------------------------------------------------------------
@@ -128,6 +144,8 @@ def _compensated_text(event: EventRecord) -> str:
         return (
             f"step {event.step} marked compensated by {detail['marked_by']}: {detail.get('reason')}"
         )
+    if detail.get("reason"):
+        return f"step {event.step} compensated ({detail['reason']})"
     return f"step {event.step} compensated"
 
 

@@ -269,3 +269,26 @@ def test_compensating_a_step_keeps_its_action_s_finish_time() -> None:
     assert write.stamp is None  # no new finish time: 10.0 stays
     assert (write.step.status, write.step.finished_at) == (T.COMPENSATED, 10.0)
     assert event.kind == "compensation_done"
+
+
+def test_steps_left_running_by_an_unwinding_have_nothing_to_undo() -> None:
+    unwound = record(
+        step("a", 1, T.COMPENSATED),
+        step("notify", 2, T.RUNNING),  # no compensation: the unwinding left it alone
+        step("write", 3, T.RUNNING, transactional=True),  # its transaction never committed
+        step("ship", 4, T.RUNNING, kind=StepKind.PIVOT),  # a pivot is never said undone
+        status=SagaStatus.COMPENSATING,
+    )
+    writes, events = engine.nothing_to_undo(unwound)
+    assert [(w.step.name, w.step.status, w.stamp) for w in writes] == [
+        ("notify", T.COMPENSATED, None),
+        ("write", T.COMPENSATED, None),
+    ]
+    assert [(e.kind, e.step, e.detail) for e in events] == [
+        ("compensation_done", "notify", {"reason": "nothing to undo: no compensation"}),
+        (
+            "compensation_done",
+            "write",
+            {"reason": "nothing to undo: its transaction never committed"},
+        ),
+    ]
