@@ -7,6 +7,7 @@ Every test runs on SQLite and PostgreSQL, through ``Coordinator`` and through
 from __future__ import annotations
 
 import pytest
+from typer.testing import CliRunner
 
 from saga import (
     Coordinator,
@@ -17,6 +18,7 @@ from saga import (
     StepContext,
     StepStatus,
 )
+from saga.cli import app
 from tests.integration import steps
 from tests.integration.support import fast
 
@@ -242,3 +244,17 @@ def test_re_entering_a_context_manager_saga_whose_block_failed_rebuilds_its_erro
     assert again.failed_step is None
     assert type(again.__cause__) is KeyError
     assert str(again.__cause__) == str(first.__cause__) == "'no such account'"
+
+
+def test_the_admin_command_says_the_failed_compensation_once(
+    coord: Coordinator, db_url: str
+) -> None:
+    with pytest.raises(SagaFailed) as raised, coord.saga("report-cli") as s:  # noqa: PT012 - the block is the saga
+        s.step(steps.debit, "alice", 10, compensate=steps.locked)
+        raise KeyError("the block failed")
+    app_args = ["--db", db_url, "--app", "tests.integration.steps"]
+    result = CliRunner().invoke(app, [*app_args, "compensate", raised.value.saga_id])
+    assert result.exit_code == 1
+    line = result.stderr.strip()
+    assert "the compensation of step 'debit' failed: RuntimeError: ledger locked;" in line
+    assert line.count("ledger locked") == 1
