@@ -53,7 +53,7 @@ def recorded_failure(record: SagaRecord) -> SagaFailed:
         record.status,
         None if failing is None else failing.name,
         failed_compensation=None if undo is None else undo.name,
-        compensation_error=None if undo is None else _rebuilt_of(record, undo, undo.undo_attempt),
+        compensation_error=None if undo is None else _undo_error(record, undo),
     )
     cause = _cause(record, failing)
     if cause is not None:
@@ -135,9 +135,10 @@ def _made(cls: type[Exception], args: tuple[Any, ...]) -> Exception | None:
         return None
 
 
-def _rebuilt_of(record: SagaRecord, step: StepRecord, attempt: int) -> Exception:
+def _undo_error(record: SagaRecord, step: StepRecord) -> Exception:
+    """The error of ``step``'s compensation, which gave up at its last undo attempt."""
     assert step.error is not None
-    return rebuilt_error(step.error, saga_id=record.id, step=step.name, attempt=attempt)
+    return rebuilt_error(step.error, saga_id=record.id, step=step.name, attempt=step.undo_attempt)
 
 
 def _cause(record: SagaRecord, failing: StepRecord | None) -> Exception | None:
