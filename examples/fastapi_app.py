@@ -129,11 +129,14 @@ def place_order(
     try:
         view = coord.run(order, data=body.model_dump(), key=idempotency_key)
     except SagaFailed as failure:
+        # The same answer when the client retries: the same key raises the same SagaFailed,
+        # its cause rebuilt from the record (a RecordedError: DeclinedError is ours).
+        cause = failure.__cause__
         detail = {
             "saga_id": failure.saga_id,
             "status": failure.status.value,
             "failed_step": failure.failed_step,
-            "error": str(failure.__cause__),
+            "error": None if cause is None else str(cause),
         }
         raise HTTPException(status_code=422, detail=detail) from failure
     return {"saga_id": view.id, "status": view.status.value, "results": view.results}
@@ -183,12 +186,14 @@ def demo(db_url: str | None) -> bool:
             "/orders", headers={"Idempotency-Key": key}, json={"item": "lamp", "card": "tok_visa"}
         )
         print(f"the same request again:      {again.status_code} {again.json()}")
-        declined = client.post(
-            "/orders",
-            headers={"Idempotency-Key": key + "-b"},
-            json={"item": "lamp", "card": "tok_declined"},
+        refused, declined_card = (
+            {"Idempotency-Key": key + "-b"},
+            {"item": "lamp", "card": "tok_declined"},
         )
+        declined = client.post("/orders", headers=refused, json=declined_card)
+        declined_again = client.post("/orders", headers=refused, json=declined_card)  # a retry
         print(f"a declined card:             {declined.status_code} {declined.json()}")
+        print(f"the declined order again:    {declined_again.status_code} {declined_again.json()}")
         shown = client.get(f"/sagas/{first.json()['saga_id']}")
         print(f"GET /sagas/<id>:             {shown.status_code} {shown.json()}")
         missing = client.post("/orders", json={"item": "lamp", "card": "tok_visa"})
@@ -198,6 +203,8 @@ def demo(db_url: str | None) -> bool:
         and again.json()["saga_id"] == first.json()["saga_id"]
         and declined.status_code == 422
         and declined.json()["detail"]["status"] == "compensated"
+        and declined.json()["detail"]["error"] == "card declined"
+        and declined_again.json() == declined.json()
         and missing.status_code == 422
     )
 

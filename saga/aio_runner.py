@@ -25,10 +25,11 @@ from saga.codec import decode, encode
 from saga.context import StepContext, entered
 from saga.definition import Saga
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.failure import compensation_failed
 from saga.frontier import Frontier
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
-from saga.runner import Action, Runner, undone_outcome
+from saga.runner import Action, Runner, Undoing, undone_outcome
 from saga.status import SagaStatus, StepKind, StepStatus
 
 T = TypeVar("T")
@@ -206,8 +207,9 @@ class AsyncRunner:
         for step in engine.undo_stack(record):
             record = await self._undo(record, step, saga, fresh)
         status = engine.unwound_status(record)
+        settled, events = engine.nothing_to_undo(record)  # no step of it stays running
         faults.point("before_final_commit", None)
-        record = await self.write(record, [], [engine.moved(record, status)], status)
+        record = await self.write(record, settled, [*events, engine.moved(record, status)], status)
         faults.point("after_final_commit", None)
         return record
 
@@ -220,38 +222,51 @@ class AsyncRunner:
         used = 0 if fresh else step.undo_attempt
         if not policy.allows(used + 1):
             return await self._undo_exhausted(record, step.name, "compensation attempts used up")
+        cursor = Undoing(record)
         try:
             async for retry_state in policy.async_retrying(attempts_used=used):
                 with retry_state:
-                    write, event = engine.undo_started(record, step.name)
-                    faults.point("before_undo", step.name)
-                    record = await self.write(record, [write], [event])
-                    context = self.sync._undo_context(record, step.name)
-                    if step.transactional:  # the undo and its record commit together
-                        cursor = engine.Cursor(record)
-                        await asyncio.to_thread(
-                            self.sync.transactional, cursor, context, undo, undone_outcome
-                        )
-                        faults.point("after_undo_commit", step.name)
-                        return cursor.record
-                    await call(undo, context, None, step.name)
-                    faults.point("after_undo", step.name)
+                    if await self._undo_attempt(cursor, step, undo):
+                        return cursor.record  # transactional: "compensated" committed with it
         except INFRASTRUCTURE_ERRORS:
             raise
         except Exception as error:
-            return await self._undo_exhausted(record, step.name, engine.describe(error), error)
-        write, event = engine.undone(record, step.name)
-        record = await self.write(record, [write], [event])
+            text = engine.describe(error)
+            return await self._undo_exhausted(cursor.record, step.name, text, error)
+        write, event = engine.undone(cursor.record, step.name)
+        record = await self.write(cursor.record, [write], [event])
         faults.point("after_undo_commit", step.name)
         return record
+
+    async def _undo_attempt(self, cursor: Undoing, step: StepRecord, undo: Action) -> bool:
+        """One attempt of ``step``'s compensation; see ``Runner._undo_attempt``."""
+        write, started = engine.undo_started(cursor.record, step.name)
+        events = [*engine.undo_attempt_failed(cursor.record, step.name, cursor.error), started]
+        faults.point("before_undo", step.name)
+        cursor.record = await self.write(cursor.record, [write], events)
+        cursor.error = None
+        context = self.sync._undo_context(cursor.record, step.name)
+        try:
+            if step.transactional:  # the undo and its record commit together
+                await asyncio.to_thread(
+                    self.sync.transactional, cursor, context, undo, undone_outcome
+                )
+            else:
+                await call(undo, context, None, step.name)
+        except Exception as error:
+            cursor.error = engine.describe(error)  # written with the next attempt's start
+            raise
+        faults.point("after_undo_commit" if step.transactional else "after_undo", step.name)
+        return step.transactional
 
     async def _undo_exhausted(
         self, record: SagaRecord, name: str, text: str, cause: BaseException | None = None
     ) -> SagaRecord:
         write, event = engine.undo_failed(record, name, text)
         stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
-        record = await self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
-        raise SagaFailed(record.id, SagaStatus.FAILED, None) from cause
+        # The saga's error stays the one that made it unwind; this one is on the step.
+        record = await self.write(record, [write], [event, stop], SagaStatus.FAILED)
+        raise compensation_failed(record, name, text, cause) from cause
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

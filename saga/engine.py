@@ -14,6 +14,9 @@ from collections.abc import Collection, Iterable, Sequence
 
 from saga.codec import Encoded
 from saga.definition import Saga
+from saga.errors import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH  # re-exported: the stored bound
+from saga.errors import describe_error
+from saga.failure import failing_step
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
 from saga.status import (
     PIVOT_ACTED,
@@ -24,7 +27,6 @@ from saga.status import (
     check_step_move,
 )
 
-MAX_ERROR_LENGTH = 2000
 _MAY_HAVE_ACTED = (
     StepStatus.SUCCEEDED,
     StepStatus.RUNNING,
@@ -205,23 +207,17 @@ def unwound_status(record: SagaRecord) -> SagaStatus:
 
 
 def failed_step(record: SagaRecord) -> str | None:
-    """The step whose failure made the saga unwind, if any."""
-    for step in sorted(record.steps, key=lambda s: s.seq, reverse=True):
-        if step.error is not None and step.status in _FAILURE_SHOWN:
-            return step.name
-    return None
-
-
-_FAILURE_SHOWN = (StepStatus.FAILED, StepStatus.IN_DOUBT, StepStatus.COMPENSATED)
+    """The step whose failure made the saga unwind, if any (see ``failure.failing_step``)."""
+    step = failing_step(record)
+    return None if step is None else step.name
 
 
 # -- records -----------------------------------------------------------------------------
 
 
 def describe(error: BaseException) -> str:
-    """An error as one stored line of bounded length."""
-    text = f"{type(error).__name__}: {error}".replace("\x00", "\\0")
-    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 3] + "..."
+    """An error as one stored line of bounded length (``"TypeName: message"``)."""
+    return describe_error(error)
 
 
 def start(record: SagaRecord | None, template: StepRecord, attempt: int) -> StepWrite:
@@ -294,11 +290,48 @@ def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     return StepWrite(new), Event("compensation_started", name, attempt)
 
 
+def undo_attempt_failed(
+    record: SagaRecord, name: str, previous_error: str | None
+) -> tuple[Event, ...]:
+    """The event of step ``name``'s last compensation attempt having failed with
+    ``previous_error`` (none without one): written with the next attempt's start, as
+    ``started_event`` writes ``attempt_failed`` for a step's forward attempts."""
+    if previous_error is None:
+        return ()
+    attempt = _recorded(record, name).undo_attempt
+    return (Event("compensation_attempt_failed", name, attempt, {"error": previous_error}),)
+
+
 def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
+    """Step ``name`` compensated. Its finish time stays its action's (the compensation's own
+    times are its events'), so durations and completion order keep saying what happened."""
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATED)
     new = dataclasses.replace(step, status=StepStatus.COMPENSATED)
-    return StepWrite(new, stamp="finished"), Event("compensation_done", name, step.undo_attempt)
+    return StepWrite(new), Event("compensation_done", name, step.undo_attempt)
+
+
+def nothing_to_undo(record: SagaRecord) -> tuple[list[StepWrite], list[Event]]:
+    """The steps still ``running`` once everything else is undone, recorded compensated.
+
+    They were in flight when the saga turned (its process died, or it never
+    reported back) and there is nothing to undo for them: they have no
+    compensation, or they are transactional and their transaction never
+    committed. Without this an unwound saga would keep them ``running``,
+    shown as in doubt forever. The event says why nothing was undone.
+    """
+    writes: list[StepWrite] = []
+    events: list[Event] = []
+    for step in record.steps:
+        if step.status is not StepStatus.RUNNING or step.kind is not StepKind.COMPENSATABLE:
+            continue
+        check_step_move(step.name, StepStatus.RUNNING, StepStatus.COMPENSATING)
+        check_step_move(step.name, StepStatus.COMPENSATING, StepStatus.COMPENSATED)
+        why = "its transaction never committed" if step.transactional else "no compensation"
+        writes.append(StepWrite(dataclasses.replace(step, status=StepStatus.COMPENSATED)))
+        detail = {"reason": f"nothing to undo: {why}"}
+        events.append(Event("compensation_done", step.name, step.undo_attempt, detail))
+    return writes, events
 
 
 def undo_failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:

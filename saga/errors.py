@@ -3,7 +3,9 @@
 ::
 
     SagaError
-    ├── SagaFailed                  the saga unwound (or could not): saga_id, status, failed_step
+    ├── SagaFailed                  the saga unwound (or could not): saga_id, status, failed_step,
+    │                               failed_compensation, compensation_error
+    ├── RecordedError               an error known only from its record (rebuilt on a rerun)
     ├── DefinitionError             an invalid Saga (duplicate, unknown dependency, cycle)
     ├── PayloadError                a value that cannot be stored (not JSON, NUL, too large)
     ├── UnsafeReferenceError        a function that is not importable, or an untrusted reference
@@ -42,8 +44,23 @@ class SagaFailed(SagaError):  # noqa: N818 - the name is part of the public cont
 
     ``status`` tells how it ended: ``COMPENSATED`` (everything undone),
     ``CANCELLED`` (cancel requested and undone) or ``FAILED`` (a compensation
-    failed for good; an operator must act). The original error is the
-    ``__cause__``.
+    failed for good, or a step failed past the pivot; an operator must act).
+    ``failed_step`` names the step whose failure made the saga unwind, and
+    the original error is the ``__cause__``.
+
+    When a compensation failed for good, ``failed_compensation`` names its
+    step and ``compensation_error`` is its exception (a
+    :class:`RecordedError` with no type name when nothing was raised: its
+    attempts were used up across crashes); ``compensation_error_type`` and
+    ``compensation_error_message`` give its type name and message. The
+    message says all of it, for example ``saga ... ended failed at step
+    'confirm'; the compensation of step 'transfer' failed: RuntimeError:
+    ledger locked``.
+
+    Running the same key again raises the same ``SagaFailed``, rebuilt from
+    the records: the same message and attributes, and a ``__cause__`` (and
+    ``compensation_error``) rebuilt from the stored error text (see
+    :class:`RecordedError`).
     """
 
     def __init__(
@@ -52,13 +69,69 @@ class SagaFailed(SagaError):  # noqa: N818 - the name is part of the public cont
         status: SagaStatus,
         failed_step: str | None = None,
         message: str | None = None,
+        *,
+        failed_compensation: str | None = None,
+        compensation_error: BaseException | None = None,
     ) -> None:
         self.saga_id = saga_id
         self.status = status
         self.failed_step = failed_step
-        where = f" at step {failed_step!r}" if failed_step else ""
-        text = message or f"saga {saga_id} ended {status.value}{where}"
-        super().__init__(text)
+        self.failed_compensation = failed_compensation
+        self.compensation_error = compensation_error
+        self._message = message
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        # Built when asked: the unwinding learns failed_step after the compensation failed.
+        if self._message:
+            return self._message
+        where = f" at step {self.failed_step!r}" if self.failed_step else ""
+        text = f"saga {self.saga_id} ended {self.status.value}{where}"
+        if self.failed_compensation is not None:
+            error = self.compensation_error
+            why = "" if error is None else f": {describe_error(error)}"
+            text += f"; the compensation of step {self.failed_compensation!r} failed{why}"
+        return text
+
+    @property
+    def compensation_error_type(self) -> str | None:
+        """The type name of the compensation's error (as recorded, on a rerun)."""
+        return None if self.compensation_error is None else error_type(self.compensation_error)
+
+    @property
+    def compensation_error_message(self) -> str | None:
+        """The message of the compensation's error."""
+        error = self.compensation_error
+        return None if error is None else error_message(error)
+
+
+class RecordedError(SagaError):
+    """An error known only from the text the store kept of it.
+
+    A rerun with the key of a failed saga raises its ``SagaFailed`` again,
+    with the errors rebuilt from their records (``"TypeName: message"``).
+    The database is not trusted to name code, so nothing is imported: a
+    record naming a builtin exception class exactly (``ValueError``,
+    ``KeyError``, ``TimeoutError`` ...) gives that class again, and any other
+    gives a ``RecordedError`` with the recorded ``type_name`` (``None`` when
+    the record was a reason rather than an exception) and ``message``.
+    """
+
+    def __init__(
+        self,
+        type_name: str | None,
+        message: str,
+        *,
+        saga_id: str | None = None,
+        step: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        self.type_name = type_name
+        self.message = message
+        self.saga_id = saga_id
+        self.step = step
+        self.attempt = attempt
+        super().__init__(message)
 
 
 class DefinitionError(SagaError):
@@ -155,6 +228,32 @@ class CorruptRecordError(StorageError):
     def __init__(self, saga_id: str, problem: str) -> None:
         self.saga_id = saga_id
         super().__init__(f"saga {saga_id}: corrupt record: {problem}")
+
+
+MAX_ERROR_LENGTH = 2000
+"""The longest error text stored; longer ones are cut, ending with ``...``."""
+
+
+def describe_error(error: BaseException) -> str:
+    """An error as one stored line of bounded length: ``"TypeName: message"``.
+
+    A :class:`RecordedError` reads as the record it was rebuilt from.
+    """
+    name = error_type(error)
+    body = error_message(error)
+    text = body if name is None else f"{name}: {body}"
+    text = text.replace("\x00", "\\0")
+    return text if len(text) <= MAX_ERROR_LENGTH else text[: MAX_ERROR_LENGTH - 3] + "..."
+
+
+def error_type(error: BaseException) -> str | None:
+    """The type name of ``error``: the recorded one for a :class:`RecordedError`."""
+    return error.type_name if isinstance(error, RecordedError) else type(error).__name__
+
+
+def error_message(error: BaseException) -> str:
+    """The message of ``error``: the recorded one for a :class:`RecordedError`."""
+    return error.message if isinstance(error, RecordedError) else str(error)
 
 
 INFRASTRUCTURE_ERRORS: tuple[type[SagaError], ...] = (LeaseLostError, StorageError)

@@ -16,7 +16,8 @@ from typing import Literal
 from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
-from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError, SagaFailed
+from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError
+from saga.failure import recorded_failure
 from saga.ports import ClaimGuard, Commit, Event, SagaRecord
 from saga.status import SagaStatus
 
@@ -69,7 +70,8 @@ def new_saga(
 def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
     """For a second run with the same key: True if the recorded saga is simply returned.
 
-    Raises ``SagaFailed`` again for a saga that failed, and refuses other input.
+    Raises the ``SagaFailed`` of a saga that failed again (its error rebuilt from the
+    record), and refuses other input.
     False means the saga is unfinished: claim it and carry on.
     """
     if existing.input != input_text:
@@ -81,7 +83,7 @@ def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
     if existing.status is SagaStatus.COMPLETED:
         return True
     if existing.status.is_terminal:
-        raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
+        raise recorded_failure(existing)  # as the first run raised it, rebuilt from the record
     return False
 
 

@@ -241,7 +241,7 @@ def _unwind(scope: SagaScope, group: Group) -> None:
     assert group.failure is not None
     store = scope.coordinator.store
     record = engine.in_completion_order(store.load(scope._record.id) or scope._record, group.order)
-    scope.runner._unwound(record, None, group.failure[0])
+    scope._failure = scope.runner._unwound(record, None, group.failure[0])
     scope._record = store.load(record.id) or record
 
 
@@ -335,5 +335,5 @@ async def _unwind_async(scope: AsyncSagaScope, group: Group) -> None:
     store = scope.coordinator.store
     loaded = await store.load(scope._record.id) or scope._record
     record = engine.in_completion_order(loaded, group.order)
-    await scope.runner._unwound(record, None, group.failure[0])
+    scope._failure = await scope.runner._unwound(record, None, group.failure[0])
     scope._record = await store.load(record.id) or record

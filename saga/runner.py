@@ -21,6 +21,7 @@ from saga.context import StepContext, entered
 from saga.definition import Saga, Step
 from saga.engine import Cursor
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
+from saga.failure import compensation_failed
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
@@ -282,8 +283,9 @@ class Runner:
         for step in engine.undo_stack(record):
             record = self._undo(record, step, saga, fresh)
         status = engine.unwound_status(record)
+        settled, events = engine.nothing_to_undo(record)  # no step of it stays running
         faults.point("before_final_commit", None)
-        record = self.write(record, [], [engine.moved(record, status)], status)
+        record = self.write(record, settled, [*events, engine.moved(record, status)], status)
         faults.point("after_final_commit", None)
         return record
 
@@ -302,36 +304,50 @@ class Runner:
         used = 0 if fresh else step.undo_attempt
         if not policy.allows(used + 1):
             return self._undo_exhausted(record, step.name, "compensation attempts used up")
+        cursor = Undoing(record)
         try:
             for retry_state in policy.retrying(attempts_used=used):
                 with retry_state:
-                    write, event = engine.undo_started(record, step.name)
-                    faults.point("before_undo", step.name)
-                    record = self.write(record, [write], [event])
-                    context = self._undo_context(record, step.name)
-                    if step.transactional:  # the undo and its record commit together
-                        cursor = Cursor(record)
-                        self.transactional(cursor, context, call, undone_outcome)
-                        faults.point("after_undo_commit", step.name)
-                        return cursor.record
-                    _call(call, context, None, step.name)
-                    faults.point("after_undo", step.name)
+                    if self._undo_attempt(cursor, step, call):
+                        return cursor.record  # transactional: "compensated" committed with it
         except INFRASTRUCTURE_ERRORS:
             raise
         except Exception as error:
-            return self._undo_exhausted(record, step.name, engine.describe(error), error)
-        write, event = engine.undone(record, step.name)
-        record = self.write(record, [write], [event])
+            return self._undo_exhausted(cursor.record, step.name, engine.describe(error), error)
+        write, event = engine.undone(cursor.record, step.name)
+        record = self.write(cursor.record, [write], [event])
         faults.point("after_undo_commit", step.name)
         return record
+
+    def _undo_attempt(self, cursor: Undoing, step: StepRecord, call: Action) -> bool:
+        """One attempt of ``step``'s compensation, its start durable first (with the error of
+        the attempt before, if that one failed). True when the compensation is transactional:
+        its "compensated" record then committed with its own writes."""
+        write, started = engine.undo_started(cursor.record, step.name)
+        events = [*engine.undo_attempt_failed(cursor.record, step.name, cursor.error), started]
+        faults.point("before_undo", step.name)
+        cursor.record = self.write(cursor.record, [write], events)
+        cursor.error = None
+        context = self._undo_context(cursor.record, step.name)
+        try:
+            if step.transactional:  # the undo and its record commit together
+                self.transactional(cursor, context, call, undone_outcome)
+            else:
+                _call(call, context, None, step.name)
+        except Exception as error:
+            cursor.error = engine.describe(error)  # written with the next attempt's start
+            raise
+        faults.point("after_undo_commit" if step.transactional else "after_undo", step.name)
+        return step.transactional
 
     def _undo_exhausted(
         self, record: SagaRecord, name: str, text: str, cause: BaseException | None = None
     ) -> SagaRecord:
         write, event = engine.undo_failed(record, name, text)
         stop = engine.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
-        record = self.write(record, [write], [event, stop], SagaStatus.FAILED, text)
-        raise SagaFailed(record.id, SagaStatus.FAILED, None) from cause
+        # The saga's error stays the one that made it unwind; this one is on the step.
+        record = self.write(record, [write], [event, stop], SagaStatus.FAILED)
+        raise compensation_failed(record, name, text, cause) from cause
 
     def _compensation(
         self, record: SagaRecord, step: StepRecord, saga: Saga | None
@@ -361,6 +377,14 @@ class Runner:
             result=result,
             compensating=True,
         )
+
+
+@dataclasses.dataclass
+class Undoing(Cursor):
+    """A compensation's retries: the latest record, and the error of the last attempt
+    until the next attempt's start records it (as ``attempt_failed`` is for a step)."""
+
+    error: str | None = None
 
 
 def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:

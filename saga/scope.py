@@ -24,6 +24,7 @@ from saga.errors import (
     OperationRefusedError,
     SagaFailed,
 )
+from saga.failure import recorded_failure
 from saga.lease import Heartbeat
 from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
@@ -68,6 +69,7 @@ class ScopeCore:
         self._calls = 0
         self._names: Counter[str] = Counter()
         self._failed_step: str | None = None
+        self._failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
         self._holding: Any = None
         self._result: Any = None
 
@@ -96,7 +98,7 @@ class ScopeCore:
             self._record = existing
             return False
         if existing.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-            raise SagaFailed(existing.id, existing.status, engine.failed_step(existing))
+            raise recorded_failure(existing)  # as the first run raised it, rebuilt
         return True  # running: continue it; compensating (a crash mid-unwind): finish that
 
     def _plan(
@@ -201,6 +203,8 @@ class ScopeCore:
         record = self._record
         if record is None:  # nothing was recorded, so nothing to undo
             return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
+        if self._failure is not None:  # s.parallel unwound the saga already: what that said
+            return self._failure
         if record.status is not SagaStatus.RUNNING:
             return SagaFailed(record.id, record.status, self._failed_step)
         return None

@@ -145,6 +145,22 @@ def runnable_documents() -> list[Path]:
 def test_python_blocks_run(
     path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    run_document(path, tmp_path, monkeypatch)
+    capsys.readouterr()  # what the examples print is for readers, not for this test
+
+
+def test_readme_runs_again_against_the_same_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pasted into a script and run twice: the same keys replay their recorded outcomes,
+    the failed order's SagaFailed included (its cause rebuilt from the record)."""
+    run_document(ROOT / "README.md", tmp_path, monkeypatch)
+    run_document(ROOT / "README.md", tmp_path, monkeypatch)
+    capsys.readouterr()
+
+
+def run_document(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Import the document's tested code as a module, in ``tmp_path``."""
     name = module_name(path)
     (tmp_path / f"{name}.py").write_text(as_module(path), encoding="utf-8")
     monkeypatch.delenv("SAGA_DATABASE_URL", raising=False)
@@ -159,7 +175,6 @@ def test_python_blocks_run(
     finally:
         _close_coordinators(module)
         sys.modules.pop(name, None)
-    capsys.readouterr()  # what the examples print is for readers, not for this test
 
 
 def _doc_line(error: BaseException, module_file: Path) -> int | str:

@@ -136,7 +136,7 @@ def _record_hand_undo(
         Event("compensation_done", marked.name, marked.undo_attempt, marked_by),
     ]
     compensated = dataclasses.replace(marked, status=StepStatus.COMPENSATED)
-    write = StepWrite(compensated, stamp="finished")
+    write = StepWrite(compensated)  # its finish time stays its action's, as engine.undone keeps it
     # Released in the same transaction: the unwind that follows claims the saga
     # afresh, and a failed saga is never taken by a recoverer in between.
     change = dataclasses.replace(engine.commit(record, [write], events), release=True)

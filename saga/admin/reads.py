@@ -53,7 +53,23 @@ def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
         pending = tuple(s.name for s in definition.order() if s.name not in recorded)
         declared = (s.name for s in definition.steps if s.kind is StepKind.PIVOT)
         pivot = pivot or next(declared, None)
-    return SagaDetail(view, coord.store.now(), pending, pivot)
+    notes = undo_notes(coord.history(view.id))
+    return SagaDetail(view, coord.store.now(), pending, pivot, notes)
+
+
+def undo_notes(events: Sequence[EventRecord]) -> dict[str, str]:
+    """Why a step was compensated without its compensation running ("nothing to undo:
+    no compensation"), from its last ``compensation_done`` event, by step name."""
+    notes: dict[str, str] = {}
+    for event in events:
+        if event.kind != "compensation_done" or event.step is None:
+            continue
+        reason = (event.detail or {}).get("reason")
+        if reason:
+            notes[event.step] = str(reason)
+        else:
+            notes.pop(event.step, None)
+    return notes
 
 
 # -- history ----------------------------------------------------------------------------------
@@ -64,6 +80,7 @@ _END_OF = {
     "step_in_doubt": "step_started",
     "attempt_failed": "step_started",
     "compensation_done": "compensation_started",
+    "compensation_attempt_failed": "compensation_started",
     "compensation_failed": "compensation_started",
 }
 
@@ -116,6 +133,9 @@ def describe_event(event: EventRecord) -> str:
             f"step {step} given up, outcome unknown (it may have acted): {error}"
         ),
         "compensation_started": lambda: f"compensating step {step} (attempt {attempt})",
+        "compensation_attempt_failed": lambda: (
+            f"compensation of step {step} attempt {attempt} failed: {error}"
+        ),
         "compensation_done": lambda: _compensated_text(event),
         "compensation_failed": lambda: f"compensation of step {step} failed: {error}",
         "lease_claimed": lambda: _claim_text(event),
@@ -136,6 +156,8 @@ def _compensated_text(event: EventRecord) -> str:
         return (
             f"step {event.step} marked compensated by {detail['marked_by']}: {detail.get('reason')}"
         )
+    if detail.get("reason"):
+        return f"step {event.step} compensated ({detail['reason']})"
     return f"step {event.step} compensated"
 
 

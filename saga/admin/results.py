@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from saga.admin.facts import (
@@ -96,13 +97,15 @@ class SagaDetail:
     """A saga with what an operator needs to judge it (``saga show``).
 
     ``pending`` lists the declared steps that have not started yet, when
-    this process knows the definition (``--app``).
+    this process knows the definition (``--app``). ``notes`` says, by step
+    name, why a step was compensated without a compensation running.
     """
 
     saga: SagaView
     now: float
     pending: tuple[str, ...]
     pivot: str | None
+    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def in_doubt(self) -> tuple[StepView, ...]:

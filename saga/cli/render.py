@@ -111,12 +111,12 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
     session.table(None, [[Text(k, style="bold"), v] for k, v in facts])
     session.say()
     headers = ["#", "STEP", "KIND", "STATUS", "ATTEMPT", "DURATION", "RESULT / ERROR", "NOTE"]
-    rows = [_step_row(step) for step in view.steps]
+    rows = [_step_row(step, detail.notes.get(step.name)) for step in view.steps]
     rows += [["-", name, "", "pending", "", "", "", ""] for name in detail.pending]
     session.table(headers, rows)
 
 
-def _step_row(step: StepView) -> list[str | Text]:
+def _step_row(step: StepView, note: str | None = None) -> list[str | Text]:
     attempt = str(step.attempt)
     if step.compensation_attempt:
         attempt += f" (undo {step.compensation_attempt})"
@@ -128,7 +128,7 @@ def _step_row(step: StepView) -> list[str | Text]:
         attempt,
         admin.human_duration(step.duration),
         step.error or ("-" if step.result is None else _compact(step.result)),
-        _note(step),
+        Text(note) if note else _note(step),
     ]
 
 

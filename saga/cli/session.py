@@ -214,7 +214,8 @@ def reporting(session: Session) -> Iterator[None]:
 def explain(error: Exception) -> tuple[int, str]:
     """The exit code for an error, and the line that tells the operator what to do."""
     if isinstance(error, SagaFailed):
-        cause = f": {error.__cause__}" if error.__cause__ else ""
+        known = error.__cause__ is error.compensation_error  # the message says it already
+        cause = f": {error.__cause__}" if error.__cause__ and not known else ""
         return FAILED, f"{error}{cause}; see `saga history {error.saga_id}`"
     if isinstance(error, StorageUnavailableError):
         return BAD_INPUT, (

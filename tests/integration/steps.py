@@ -92,3 +92,9 @@ class Account:
     def debit(self, amount: int) -> int:
         CALLS.append(("Account.debit", amount))
         return amount
+
+
+def locked(result: Any, *args: Any) -> None:
+    """A compensation that always fails, whatever step it undoes."""
+    CALLS.append(("locked", result, *args))
+    raise RuntimeError("ledger locked")

@@ -253,3 +253,42 @@ def test_ready_starts_independent_steps_together() -> None:
         engine.RunStep("b", 1),
         engine.RunStep("c", 1),
     ]
+
+
+def test_a_failed_compensation_attempt_is_an_event_for_the_next_start() -> None:
+    retried = dataclasses.replace(step("a", 1, T.COMPENSATING), undo_attempt=2)
+    [event] = engine.undo_attempt_failed(record(retried), "a", "ConnectionError: down")
+    assert (event.kind, event.step, event.attempt) == ("compensation_attempt_failed", "a", 2)
+    assert event.detail == {"error": "ConnectionError: down"}
+    assert engine.undo_attempt_failed(record(retried), "a", None) == ()
+
+
+def test_compensating_a_step_keeps_its_action_s_finish_time() -> None:
+    done = dataclasses.replace(step("a", 1, T.COMPENSATING), finished_at=10.0)
+    write, event = engine.undone(record(done), "a")
+    assert write.stamp is None  # no new finish time: 10.0 stays
+    assert (write.step.status, write.step.finished_at) == (T.COMPENSATED, 10.0)
+    assert event.kind == "compensation_done"
+
+
+def test_steps_left_running_by_an_unwinding_have_nothing_to_undo() -> None:
+    unwound = record(
+        step("a", 1, T.COMPENSATED),
+        step("notify", 2, T.RUNNING),  # no compensation: the unwinding left it alone
+        step("write", 3, T.RUNNING, transactional=True),  # its transaction never committed
+        step("ship", 4, T.RUNNING, kind=StepKind.PIVOT),  # a pivot is never said undone
+        status=SagaStatus.COMPENSATING,
+    )
+    writes, events = engine.nothing_to_undo(unwound)
+    assert [(w.step.name, w.step.status, w.stamp) for w in writes] == [
+        ("notify", T.COMPENSATED, None),
+        ("write", T.COMPENSATED, None),
+    ]
+    assert [(e.kind, e.step, e.detail) for e in events] == [
+        ("compensation_done", "notify", {"reason": "nothing to undo: no compensation"}),
+        (
+            "compensation_done",
+            "write",
+            {"reason": "nothing to undo: its transaction never committed"},
+        ),
+    ]
