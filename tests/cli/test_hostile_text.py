@@ -164,7 +164,9 @@ def test_recovery_reports_and_error_lines_escape_stored_text(
     retried = saga(sagas, "--app", APP, "retry-compensation", sagas.failed, cwd=tmp_path)
     assert retried.returncode == 1
     clean(retried)
-    assert f"ended failed: cannot put back {SHOWN}; see" in one_error_line(retried.stderr)
+    line = one_error_line(retried.stderr)
+    assert "ended failed; the compensation of step" in line
+    assert f"cannot put back {SHOWN}; see" in line
 
 
 def test_worker_lines_escape_stored_text(
