@@ -28,6 +28,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from saga import (
     AsyncCoordinator,
     Coordinator,
@@ -230,3 +232,14 @@ def owner_of(run: Interleaving, data: Any, lease_ttl: float) -> Actor:
     owner = run.actor("owner", lambda: coord.run(ORDER, data, key="order-1"), coord)
     owner.hold_heartbeat()
     return owner
+
+
+def sweep_cases(width: dict[str, dict[str, int]]) -> list[Any]:
+    """(backend, name, k) for every boundary k of every swept actor, on each backend
+    (PostgreSQL's marked, as the ``backend`` fixture marks them)."""
+    cases = []
+    for backend, counts in width.items():
+        marks = [pytest.mark.postgres] if backend == "postgres" else []
+        for name, count in counts.items():
+            cases += [pytest.param(backend, name, k, marks=marks) for k in range(count)]
+    return cases
