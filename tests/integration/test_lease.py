@@ -163,6 +163,10 @@ def test_one_renewal_extends_every_held_lease_and_reports_lost_and_stopped(
         for scope in scopes:
             scope.step(steps.credit, "acct", 1)
         ids = [scope.id for scope in scopes]
+        # Under test is this renewal, not the coordinator's own heartbeat: left running, it
+        # renews every held lease once ttl / 3 has passed, later than the clock read below
+        # on a slow machine. Stopped here, it is not started again: no saga is entered anew.
+        coord.heartbeat.stop()
         taken, cancelled = ids[7], ids[511]
         expire_lease(rival, taken)
         rival.store.claim(taken, rival.owner, 30.0, Event("lease_claimed"))
