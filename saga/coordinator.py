@@ -20,7 +20,7 @@ from saga.errors import (
     SagaFailed,
     UnknownSagaError,
 )
-from saga.lease import Heartbeat
+from saga.lease import Heartbeat, check_lease_ttl
 from saga.operations import operator_detail as operator_detail  # re-exported for callers
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import Event, EventRecord, ListQuery, SagaRecord, SagaStore
@@ -43,7 +43,8 @@ class Coordinator:
 
     ``url`` defaults to ``$SAGA_DATABASE_URL``, else ``sqlite:///saga.db``.
     ``lease_ttl`` is how long (seconds) a silent process keeps its sagas
-    before a recoverer may take them. ``trusted_modules`` names modules whose
+    before a recoverer may take them: from 0.1 to 86400 (a day), else
+    ``ConfigurationError``. ``trusted_modules`` names modules whose
     functions stored references may resolve to (what ``--app`` does).
     ``session_factory`` (the application's ``sessionmaker``) makes the
     ``ctx.session`` of transactional steps; it must point at the store's own
@@ -61,6 +62,7 @@ class Coordinator:
         store_retry: RetryPolicy = STORE_RETRY,
         session_factory: Callable[..., Any] | None = None,
     ) -> None:
+        lease_ttl = check_lease_ttl(lease_ttl)  # before anything is opened
         self.store: SagaStore = store if store is not None else open_store(url, store_retry)
         if session_factory is not None:
             use_session_factory(self.store, session_factory)
