@@ -106,6 +106,7 @@ def test_recover_reports_a_saga_lost_mid_step_and_writes_nothing(
     _, saga_id = _crashed(store, _taken_by(store, rival))
     with Coordinator(store=store, lease_ttl=TTL) as recoverer:
         report = recoverer.recover()
+    assert _after_takeover(store, saga_id, rival) == []  # no refusal, no release
     [outcome] = report.outcomes
     assert (outcome.saga_id, outcome.lost, outcome.status, outcome.error) == (
         saga_id,
@@ -116,7 +117,6 @@ def test_recover_reports_a_saga_lost_mid_step_and_writes_nothing(
     assert report.lost == [outcome]
     assert report.ok
     assert report.errors == []
-    assert _after_takeover(store, saga_id, rival) == []  # no refusal, no release
     assert rival.get(saga_id).owner == rival.owner
 
 
@@ -130,8 +130,8 @@ def test_the_async_recoverer_reports_it_lost_too(
             return await recoverer.recover()
 
     [outcome] = asyncio.run(recover()).outcomes
-    assert (outcome.saga_id, outcome.lost, outcome.error) == (saga_id, True, None)
     assert _after_takeover(store, saga_id, rival) == []
+    assert (outcome.saga_id, outcome.lost, outcome.error) == (saga_id, True, None)
 
 
 def test_a_saga_claimed_by_another_before_it_was_read_is_lost_untouched(
@@ -152,9 +152,9 @@ def test_a_saga_claimed_by_another_before_it_was_read_is_lost_untouched(
     monkeypatch.setattr(store, "claim_expired", claim_then_stall)
     with recoverer:
         [outcome] = recoverer.recover().outcomes
-    assert (outcome.saga_id, outcome.lost) == (saga_id, True)
     assert ran == []  # the step never ran under a claim that was already gone
     assert _after_takeover(store, saga_id, rival) == []
+    assert (outcome.saga_id, outcome.lost) == (saga_id, True)
 
 
 def test_saga_recover_says_lost_and_counts_it_apart(
@@ -180,7 +180,7 @@ def test_saga_worker_logs_it_lost_and_counts_it_apart(
 
     def log(line: str) -> None:
         lines.append(line)
-        if LOST in line:
+        if saga_id in line:  # the saga in hand was handled, however: stop after it
             stop.set()
 
     with Coordinator(store=store, lease_ttl=TTL) as recoverer:
@@ -190,3 +190,26 @@ def test_saga_worker_logs_it_lost_and_counts_it_apart(
     assert said.startswith(f"saga {saga_id} (")
     assert f"): {LOST}: " in said
     assert _after_takeover(store, saga_id, rival) == []
+
+
+def test_a_refusal_is_recorded_only_under_the_refusing_claim(
+    store: InMemorySagaStore, rival: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, saga_id = _crashed(store, lambda _saga_id: None)
+    recoverer = Coordinator(store=store, lease_ttl=TTL)
+
+    def refuse_late(record: Any, compensate: bool) -> Any:
+        _stall(store)  # stalls, is taken over, then refuses
+        assert store.claim_expired(rival.owner, TTL, 1) == [record.id]
+        raise ValueError("cannot finish this one here")
+
+    monkeypatch.setattr(recoverer, "_finish", refuse_late)
+    with recoverer:
+        [outcome] = recoverer.recover().outcomes
+    assert _after_takeover(store, saga_id, rival) == []  # neither the refusal nor a release
+    assert rival.get(saga_id).owner == rival.owner
+    assert (outcome.saga_id, outcome.error, outcome.lost) == (
+        saga_id,
+        "cannot finish this one here",
+        False,
+    )
