@@ -32,6 +32,7 @@ class RecoveryOutcome:
 
     @classmethod
     def lost_to_another(cls, saga_id: str, name: str) -> RecoveryOutcome:
+        """The outcome of a saga another process claimed while this one was finishing it."""
         return cls(saga_id, name, None, None, lost=True)
 
 
