@@ -213,6 +213,14 @@ class InMemorySagaStore:
             row = self._rows.get(saga_id)  # unknown: kept with no epoch, as the SQL store does
             self._append(saga_id, None if row is None else row.saga.epoch, event, self.now())
 
+    def record_fenced_event(self, saga_id: str, epoch: int, event: Event) -> bool:
+        with self._lock:
+            row = self._rows.get(saga_id)
+            if row is None or row.saga.epoch != epoch:
+                return False
+            self._append(saga_id, epoch, event, self.now())
+            return True
+
     def delete(self, saga_ids: Sequence[str]) -> int:
         """Delete these sagas with their steps and events; return how many went."""
         with self._lock:

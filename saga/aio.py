@@ -15,7 +15,7 @@ from saga.aio_scope import AsyncSagaScope
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
 from saga.definition import Saga
-from saga.errors import OperationRefusedError, SagaBusyError, SagaFailed
+from saga.errors import LeaseLostError, OperationRefusedError, SagaBusyError, SagaFailed
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import ClaimGuard, Event, EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
@@ -187,12 +187,16 @@ class AsyncCoordinator:
         record: SagaRecord | None = None
         try:
             record = await asyncio.to_thread(self.sync._load, saga_id)
+            if record.owner != self.owner:  # claimed by another since our claim
+                return RecoveryOutcome.lost_to_another(saga_id, record.name)
             view = await self._finish(record, compensate)
             return RecoveryOutcome(saga_id, record.name, view.status, None)
         except SagaFailed as failure:
             return RecoveryOutcome(saga_id, record.name if record else "?", failure.status, None)
+        except LeaseLostError:  # another process has the saga now: nothing more is written
+            return RecoveryOutcome.lost_to_another(saga_id, record.name if record else "?")
         except Exception as error:  # one saga's problem never stops the others
-            await asyncio.to_thread(self.sync._refused, saga_id, error)
+            await asyncio.to_thread(self.sync._refused, saga_id, record, error)
             return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
 
     async def _finish(self, record: SagaRecord, compensate: bool) -> SagaView:

@@ -16,13 +16,14 @@ from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
 from saga.errors import (
     ConfigurationError,
+    LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
     SagaChangedError,
     SagaFailed,
     UnknownSagaError,
 )
-from saga.lease import Heartbeat
+from saga.lease import Heartbeat, check_lease_ttl
 from saga.operations import operator_detail as operator_detail  # re-exported for callers
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import ClaimGuard, Event, EventRecord, ListQuery, SagaRecord, SagaStore
@@ -47,7 +48,8 @@ class Coordinator:
 
     ``url`` defaults to ``$SAGA_DATABASE_URL``, else ``sqlite:///saga.db``.
     ``lease_ttl`` is how long (seconds) a silent process keeps its sagas
-    before a recoverer may take them. ``trusted_modules`` names modules whose
+    before a recoverer may take them: from 0.1 to 86400 (a day), else
+    ``ConfigurationError``. ``trusted_modules`` names modules whose
     functions stored references may resolve to (what ``--app`` does).
     ``session_factory`` (the application's ``sessionmaker``) makes the
     ``ctx.session`` of transactional steps; it must point at the store's own
@@ -65,6 +67,7 @@ class Coordinator:
         store_retry: RetryPolicy = STORE_RETRY,
         session_factory: Callable[..., Any] | None = None,
     ) -> None:
+        lease_ttl = check_lease_ttl(lease_ttl)  # before anything is opened
         self.store: SagaStore = store if store is not None else open_store(url, store_retry)
         if session_factory is not None:
             use_session_factory(self.store, session_factory)
@@ -245,13 +248,19 @@ class Coordinator:
         record: SagaRecord | None = None
         try:
             record = self._load(saga_id)
+            if record.owner != self.owner:  # claimed by another since our claim
+                return RecoveryOutcome.lost_to_another(saga_id, record.name)
             view = self._finish(record, compensate)
             return RecoveryOutcome(saga_id, record.name, view.status, None)
         except SagaFailed as failure:
             name = record.name if record else "?"
             return RecoveryOutcome(saga_id, name, failure.status, None)
+        except LeaseLostError:
+            # This process stalled past its lease and another claimed the saga: the
+            # history is that process's now, so not even a refusal is written here.
+            return RecoveryOutcome.lost_to_another(saga_id, record.name if record else "?")
         except Exception as error:
-            self._refused(saga_id, error)
+            self._refused(saga_id, record, error)
             return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
 
     def _finish(self, record: SagaRecord, compensate: bool) -> SagaView:
@@ -287,13 +296,24 @@ class Coordinator:
         if record is not None and record.owner == self.owner:
             self.store.commit(engine.release(record), self.lease_ttl)
 
-    def _refused(self, saga_id: str, error: BaseException) -> None:
+    def _refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> None:
+        """Record why a claimed saga was not finished, and release it; both fenced by the
+        epoch of our claim, so nothing is written once another process has claimed it."""
         detail = {"error": engine.describe(error), "owner": self.owner}
         try:
-            self.store.record_event(saga_id, Event("recovery_refused", detail=detail))
-            self._release(saga_id)
+            epoch = record.epoch if record is not None else self._claim_epoch(saga_id)
+            event = Event("recovery_refused", detail=detail)
+            if epoch is not None and self.store.record_fenced_event(saga_id, epoch, event):
+                self._release(saga_id)
         except Exception:  # noqa: S110 - reporting must not hide the first error
             pass
+
+    def _claim_epoch(self, saga_id: str) -> int | None:
+        """The epoch of our claim, from the history: for a row that could not be read."""
+        for event in reversed(self.store.events(saga_id)):
+            if event.epoch is not None and (event.detail or {}).get("owner") == self.owner:
+                return event.epoch  # every event naming us as owner is under our claim
+        return None
 
     def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now (refused past a pivot or once finished).

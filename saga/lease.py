@@ -4,19 +4,57 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import numbers
 import threading
 from collections.abc import Callable, Iterator
 
-from saga.errors import StorageError
+from saga.errors import ConfigurationError, StorageError
 from saga.ports import SagaStore
 
 _log = logging.getLogger("saga")
 OnStop = Callable[[], None]
 
+MIN_LEASE_TTL = 0.1
+"""The shortest lease accepted (s). Below it a renewal (a database round trip, every
+third of the lease) no longer fits comfortably inside the lease on a busy machine."""
+MAX_LEASE_TTL = 86_400.0
+"""The longest lease accepted (s), one day: a dead process's sagas wait this long at most."""
+RENEWALS_PER_LEASE = 3
+"""The heartbeat renews a lease this many times per ``lease_ttl``, so a lease outlives
+one renewal that fails or comes late."""
+
+
+def check_lease_ttl(value: object, name: str = "lease_ttl") -> float:
+    """``value`` as seconds, or ``ConfigurationError`` naming it and what to pass instead.
+
+    Zero, a negative number, NaN or infinity would make every saga claimable from
+    its first write (another process would run its step a second time, at once)
+    or spin the heartbeat; a lease of more than a day leaves a dead process's
+    sagas waiting that long.
+    """
+    accepted = (
+        f"pass a number of seconds from {MIN_LEASE_TTL:g} to {MAX_LEASE_TTL:g} (one day), "
+        "e.g. 30: how long a silent process keeps its sagas"
+    )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigurationError(f"{name} must be a number of seconds, not {value!r}; {accepted}")
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigurationError(f"{name} must be positive and finite, not {value!r}; {accepted}")
+    if not MIN_LEASE_TTL <= seconds <= MAX_LEASE_TTL:
+        raise ConfigurationError(f"{name} {seconds:g}s is out of range; {accepted}")
+    return seconds
+
+
+def renewal_interval(lease_ttl: float) -> float:
+    """Seconds between two renewals: a third of the lease (at least 33 ms, for 0.1 s)."""
+    return lease_ttl / RENEWALS_PER_LEASE
+
 
 class Heartbeat:
     """Renews the leases of every saga this process is executing, every ``ttl / 3``, in one
-    statement.
+    statement. The ttl is checked (:func:`check_lease_ttl`), so the interval is too.
 
     Commits leave the lease alone (a commit stays a small in-place update), so
     the heartbeat alone keeps it alive, however many sagas the process runs.
@@ -28,7 +66,8 @@ class Heartbeat:
 
     def __init__(self, store: SagaStore, lease_ttl: float) -> None:
         self.store = store
-        self.lease_ttl = lease_ttl
+        self.lease_ttl = check_lease_ttl(lease_ttl)
+        self.interval = renewal_interval(self.lease_ttl)
         self._held: dict[str, tuple[int, OnStop | None]] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -63,7 +102,7 @@ class Heartbeat:
         self._wake.clear()
 
     def _loop(self) -> None:
-        while not self._wake.wait(self.lease_ttl / 3):
+        while not self._wake.wait(self.interval):
             with self._lock:
                 held = dict(self._held)
             if held:

@@ -272,6 +272,12 @@ class SagaStore(Protocol):
 
     def record_event(self, saga_id: str, event: Event) -> None: ...
 
+    def record_fenced_event(self, saga_id: str, epoch: int, event: Event) -> bool:
+        """Append ``event`` under ``epoch`` only while ``epoch`` is still the saga's, in one
+        transaction with that check; return whether it was written (False: the saga was
+        claimed since, or is gone, and nothing was written)."""
+        ...
+
     def list(self, query: ListQuery) -> list[SagaRecord]: ...
 
     def events(self, saga_id: str) -> builtins.list[EventRecord]: ...  # list: the method

@@ -6,19 +6,34 @@ import dataclasses
 
 from saga.status import SagaStatus
 
+LOST = "lost to another process"
+"""How a saga that another process claimed mid-recovery is reported."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RecoveryOutcome:
-    """One claimed saga: how it ended, or why it could not be finished."""
+    """One claimed saga: how it ended, or why it could not be finished.
+
+    ``lost``: another process claimed the saga while this one was finishing it
+    (this one stalled past its lease). That process finishes it; this one
+    wrote nothing more for it, no event and no release. ``status`` and
+    ``error`` are then None, and the outcome is ok: nothing failed.
+    """
 
     saga_id: str
     name: str
     status: SagaStatus | None
     error: str | None
+    lost: bool = False
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.status is not SagaStatus.FAILED
+
+    @classmethod
+    def lost_to_another(cls, saga_id: str, name: str) -> RecoveryOutcome:
+        """The outcome of a saga another process claimed while this one was finishing it."""
+        return cls(saga_id, name, None, None, lost=True)
 
 
 @dataclasses.dataclass
@@ -37,3 +52,8 @@ class RecoveryReport:
     @property
     def errors(self) -> list[RecoveryOutcome]:
         return [outcome for outcome in self.outcomes if outcome.error is not None]
+
+    @property
+    def lost(self) -> list[RecoveryOutcome]:
+        """The sagas another process claimed while this run was finishing them."""
+        return [outcome for outcome in self.outcomes if outcome.lost]

@@ -608,6 +608,21 @@ class SqlSagaStore:
 
         self._transaction(work)
 
+    def record_fenced_event(self, saga_id: str, epoch: int, event: Event) -> bool:
+        def work(connection: Connection) -> bool:
+            i = t.instances.c
+            # FOR UPDATE (SQLite: the IMMEDIATE transaction): a claim (epoch + 1) waits for
+            # this transaction or has already made the row not match, never in between.
+            held = connection.execute(
+                select(i.epoch).where(i.id == saga_id, i.epoch == epoch).with_for_update()
+            ).first()
+            if held is None:
+                return False
+            self._append(connection, saga_id, epoch, event)
+            return True
+
+        return self._transaction(work)
+
     def _append(self, connection: Connection, saga_id: str, epoch: int | None, e: Event) -> None:
         connection.execute(
             insert(t.events).values({**_event_values(saga_id, epoch, e), "at": self.dialect.now()})

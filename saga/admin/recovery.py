@@ -15,6 +15,7 @@ from saga.admin.facts import human_duration, json_value, lease_left, past_pivot
 from saga.admin.inputs import definition_of, get_saga, parse_saga_id
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
+from saga.recovery import LOST
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView
 
@@ -36,6 +37,7 @@ class Result(enum.StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     PLANNED = "planned"  # --dry-run: nothing was done
+    LOST = "lost"  # another process claimed it mid-recovery, and finishes it
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -81,10 +83,20 @@ class RecoverySummary:
         return {
             "dry_run": self.dry_run,
             "sagas": [item.as_json() for item in self.items],
-            "summary": {result.value: self.count(result) for result in Result},
+            "summary": {
+                result.value: self.count(result)
+                for result in Result
+                # rare (this process stalled past a lease): listed only when it happened
+                if result is not Result.LOST or self.count(result)
+            },
             "ok": self.ok,
         }
 
+
+LOST_REASON = (
+    f"{LOST}: this one stalled past its lease and that process claimed the saga; "
+    "it finishes the saga, and nothing more was written here"
+)
 
 Progress = Callable[[RecoveryItem, int, int], None]
 """Called after each saga with (item, done, total)."""
@@ -188,6 +200,8 @@ def _carry_out(coord: Coordinator, item: RecoveryItem) -> RecoveryItem:
     except OperationRefusedError as busy:  # held by another, or finished, since it was read
         reason = f"taken or finished meanwhile: {busy}"
         return dataclasses.replace(item, result=Result.SKIPPED, reason=reason)
+    if outcome.lost:
+        return dataclasses.replace(item, result=Result.LOST, status=None, reason=LOST_REASON)
     if outcome.error is not None:
         return dataclasses.replace(item, result=Result.FAILED, reason=outcome.error)
     status = outcome.status

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import tenacity
 
 from saga.admin.facts import human_duration, json_value
+from saga.admin.recovery import LOST_REASON
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError, StorageError
 
@@ -18,6 +19,8 @@ class WorkerStats:
     passes: int = 0
     recovered: int = 0
     errors: int = 0
+    lost: int = 0
+    """Sagas another process claimed while this worker was finishing them."""
 
 
 def run_worker(
@@ -97,6 +100,10 @@ def _recovery_pass(
             break
         outcome = outcomes[0]
         handled += 1
+        if outcome.lost:  # not claimable again: its new owner's lease is live
+            stats.lost += 1
+            log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
+            continue
         if outcome.error is None:
             stats.recovered += 1
             log(f"saga {outcome.saga_id} ({outcome.name}): {json_value(outcome.status)}")

@@ -31,6 +31,7 @@ from saga.cli.session import (
 )
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
+from saga.lease import check_lease_ttl
 from saga.views import SagaView
 
 # -- recover ----------------------------------------------------------------------------------
@@ -185,9 +186,8 @@ def worker_command(
     session = session_of(ctx)
     with reporting(session):
         seconds = admin.parse_duration(interval, "--interval")
-        session.lease_ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
-        if session.lease_ttl <= 0:
-            raise ConfigurationError("--lease-ttl must be positive")
+        ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
+        session.lease_ttl = check_lease_ttl(ttl, "--lease-ttl")  # before the database is opened
         coord = session.coordinator()
         stop = threading.Event()
         with _stopping_on_signals(stop, lambda text: _log(session, text)):

@@ -234,6 +234,9 @@ def render_recovery(session: Session, summary: admin.RecoverySummary) -> None:
         for r in (admin.Result.RESUMED, admin.Result.COMPENSATED, admin.Result.FAILED)
     )
     skipped = summary.count(admin.Result.SKIPPED)
+    lost = summary.count(admin.Result.LOST)
+    if lost:  # rare (this process stalled past a lease): said only when it happened
+        counts += f", {lost} lost to another process"
     if summary.dry_run:
         session.say(f"dry run: {len(summary.items) - skipped} to recover, {skipped} skipped")
     else:
@@ -248,6 +251,8 @@ def _recovery_line(item: admin.RecoveryItem, dry_run: bool) -> Text:
         return _styled(f"would {item.plan.value:<8} {item.saga_id} ({item.name})")
     status = f" -> {item.status.value}" if item.status else ""
     style = "red" if item.result is admin.Result.FAILED else "green"
+    if item.result is admin.Result.LOST:
+        style = "yellow"
     return _styled(f"{item.result.value:<12} {item.saga_id} ({item.name}){status}{reason}", style)
 
 

@@ -25,6 +25,8 @@ UNREACHABLE = "postgresql+psycopg://postgres:s3cr3t@127.0.0.1:1/x"
         (["purge", "--older-than", "30d", "--status", "runing", "--yes"], "unknown status"),
         (["worker", "--lease-ttl", "0s"], "--lease-ttl must be positive"),
         (["worker", "--lease-ttl", "soon"], "--lease-ttl 'soon' is not a duration"),
+        (["worker", "--lease-ttl", "50ms"], "--lease-ttl 0.05s is out of range; pass a number"),
+        (["worker", "--lease-ttl", "2d"], "--lease-ttl 172800s is out of range; pass a number"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(world: World, args: list[str], expected: str) -> None:

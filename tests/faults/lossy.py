@@ -99,6 +99,12 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         self._write("record_event", lambda: parent.record_event(saga_id, event))
 
+    def record_fenced_event(self, saga_id: str, epoch: int, event: Event) -> bool:
+        parent = super()
+        return self._write(
+            "record_fenced_event", lambda: parent.record_fenced_event(saga_id, epoch, event)
+        )
+
     def _write(self, kind: str, call: Callable[[], T]) -> T:
         self._pending.kind = kind
         try:

@@ -9,7 +9,9 @@ as they are. How a step misbehaves travels in the saga's input (``how``):
   lease is no longer renewed). Only the seeding child uses it, and that
   child is then killed with SIGKILL.
 * ``freeze``: after acting, the step stops its own process with SIGSTOP
-  (heartbeat included), so its lease runs out while it is frozen.
+  (heartbeat included), so its lease runs out while it is frozen: on its
+  first attempt, or, with ``freeze_epoch``, under that epoch (a recoverer's
+  claim) only. The step holds :data:`FREEZE_GUARD` while it is stopped.
 * ``hold`` / ``hold_undo``: the step (or its compensation) waits until the
   file ``gate`` exists, so a test can act while sagas are mid-step.
 * ``fail``: the step acts, then raises :class:`StepFailure` (never retried).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -64,6 +67,18 @@ def _wait_for(gate: str) -> None:
         time.sleep(0.005)
 
 
+FREEZE_GUARD = threading.Lock()
+"""Held by a step while it stops its process. A child that takes it around its
+heartbeat's renewals (:func:`tests.faults.child.freeze_between_renewals`) is never
+frozen inside one, holding SQLite's write lock or a PostgreSQL row lock."""
+
+
+def _freezes_now(data: dict[str, Any], ctx: StepContext) -> bool:
+    if "freeze_epoch" in data:
+        return bool(ctx.epoch == data["freeze_epoch"])
+    return ctx.attempt == 1
+
+
 def act(data: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
     """A step's action: wait if held, record the call, apply the effect, misbehave if told."""
     book, step = data["ledger"], ctx.step
@@ -74,8 +89,9 @@ def act(data: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
         ledger.attempted(book, ctx.saga_id, step, ctx.attempt, ctx.epoch)
         raise Abandon(step)
     ledger.do(book, ctx.saga_id, step, ctx.idempotency_key, ctx.attempt, ctx.epoch)
-    if data.get("freeze") == step and ctx.attempt == 1:
-        os.kill(os.getpid(), signal.SIGSTOP)
+    if data.get("freeze") == step and _freezes_now(data, ctx):
+        with FREEZE_GUARD:
+            os.kill(os.getpid(), signal.SIGSTOP)
     if data.get("fail") == step:
         raise StepFailure(f"{step} failed after acting")
     return {"step": step, "key": ctx.idempotency_key}

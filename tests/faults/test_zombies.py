@@ -12,20 +12,27 @@
   with ``LeaseLostError``; no effect is applied under an epoch older than a
   later claim's. The transactional variant: the zombie is frozen inside its
   step's database transaction, which must roll back.
+* A recoverer frozen the same way in the middle of the step it is re-running
+  (``coord.recover()``, ``AsyncCoordinator.recover()``, ``saga recover``'s and
+  ``saga worker``'s code paths), while a second recoverer claims and finishes
+  the saga, writes nothing once continued: no ``recovery_refused`` event, no
+  release. It reports the saga as lost to another process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from saga import Coordinator, SagaStatus, SagaView
+from saga.admin.recovery import LOST_REASON
 from tests.crash import ledger
 from tests.crash.harness import wait_until_claimable
 from tests.faults import figures, sagas, workload
@@ -206,3 +213,123 @@ def test_a_zombie_frozen_inside_a_transactional_step_commits_nothing(
             Planned(sagas.TRANSACTIONAL.name, "zombie", sagas.how(book), SagaStatus.COMPLETED)
         ]
         workload.check_settled(coord, pg_url, book, planned)
+
+
+FROZEN_RECOVERER_LEASE = "0.5"
+"""The frozen recoverer's lease (s): it runs out while the process is stopped."""
+
+
+@contextlib.contextmanager
+def _frozen_recoverer(
+    url: str, book: str, where: Path, args: list[str]
+) -> Iterator[subprocess.Popen[str]]:
+    """A saga left at s2 by a dead process, and a recoverer child (``args``) that claims
+    it (epoch 2) and stops itself with SIGSTOP inside s2, after acting. Killed at the
+    end if it is still there (a failed test must not leave it behind)."""
+    workload.seed(url, book, 1, where, how={"freeze": "s2", "freeze_epoch": 2})
+    with recoverer(url) as coord:
+        wait_until_claimable(coord)  # the seeding process's lease ran out
+    command = [args[0], url, *args[1:], "--lease", FROZEN_RECOVERER_LEASE]
+    with (where / "frozen-recoverer.log").open("w") as log:
+        process = spawn(command, stdout=subprocess.PIPE, stderr=log)
+    try:
+        _wait_until(lambda: _stopped(process), "the recoverer froze itself inside s2")
+        figures.count("freezes")
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def _take_over(coord: Coordinator) -> SagaView:
+    """A second recoverer claims the saga once the frozen one's lease ran out (by the
+    database clock) and finishes it."""
+    wait_until_claimable(coord)
+    report = coord.recover()
+    (view,) = coord.list(limit=10)
+    assert [(o.saga_id, o.status) for o in report.outcomes] == [(view.id, SagaStatus.COMPLETED)]
+    assert view.epoch == 3
+    return view
+
+
+def _nothing_from_the_frozen_one(
+    url: str, coord: Coordinator, book: str, view: SagaView, first: str
+) -> None:
+    """The history ends with the second recoverer's completion; after its claim, the
+    first wrote nothing, and applied no effect."""
+    history = coord.history(view.id)
+    assert (history[-1].kind, history[-1].epoch) == ("saga_completed", 3)
+    takeover = max(n for n, e in enumerate(history) if e.kind == "lease_claimed")
+    assert history[takeover].epoch == 3
+    late = [e for e in history[takeover:] if e.epoch != 3 or (e.detail or {}).get("owner") == first]
+    assert late == [], f"written after the takeover, not by its claimer: {late}"
+    assert "recovery_refused" not in [e.kind for e in history]
+    _no_effect_under_an_older_epoch(view, coord, book)
+    planned = [Planned(sagas.PLAIN.name, "seed-0", sagas.how(book), SagaStatus.COMPLETED)]
+    workload.check_settled(coord, url, book, planned)
+
+
+@pytest.mark.parametrize(
+    "via", [["recover", "--once"], ["recover", "--async"]], ids=["sync", "async"]
+)
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_recoverer_that_lost_its_lease_mid_step_writes_nothing_and_reports_it_lost(
+    backend: str, via: list[str], url: str, book: str, tmp_path: Path
+) -> None:
+    with _frozen_recoverer(url, book, tmp_path, via) as first, recoverer(url) as coord:
+        view = _take_over(coord)
+        before = dump(url)
+        first.send_signal(signal.SIGCONT)
+        report = _ended(first)
+        unchanged(url, before)  # not an event, not a release
+        assert report["lost"] == [view.id]
+        assert report["outcomes"] == [[view.id, None, None]]
+        _nothing_from_the_frozen_one(url, coord, book, view, str(report["owner"]))
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_saga_recover_reports_a_saga_lost_mid_step_and_writes_nothing(
+    backend: str, url: str, book: str, tmp_path: Path
+) -> None:
+    with (
+        _frozen_recoverer(url, book, tmp_path, ["admin-recover"]) as first,
+        recoverer(url) as coord,
+    ):
+        view = _take_over(coord)
+        before = dump(url)
+        first.send_signal(signal.SIGCONT)
+        summary = _ended(first)
+        unchanged(url, before)
+        [item] = summary["sagas"]  # type: ignore[misc]
+        assert (item["id"], item["result"]) == (view.id, "lost")
+        assert item["reason"].startswith("lost to another process: ")
+        assert summary["summary"]["lost"] == 1  # type: ignore[index]
+        assert summary["ok"] is True  # nothing failed: the other process finishes it
+        _nothing_from_the_frozen_one(url, coord, book, view, str(summary["owner"]))
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_saga_worker_logs_a_saga_lost_mid_step_and_writes_nothing(
+    backend: str, url: str, book: str, tmp_path: Path
+) -> None:
+    log = tmp_path / "frozen-recoverer.log"
+    with _frozen_recoverer(url, book, tmp_path, ["worker"]) as worker, recoverer(url) as coord:
+        view = _take_over(coord)
+        before = dump(url)
+        worker.send_signal(signal.SIGCONT)
+        _wait_until(lambda: "lost to another process" in log.read_text(), "the worker logged it")
+        worker.send_signal(signal.SIGTERM)
+        ended = _ended(worker)
+        unchanged(url, before)
+        lost = [line for line in ended["log"] if view.id in line]  # type: ignore[attr-defined]
+        assert lost == [f"saga {view.id} (faults-3): {LOST_REASON}"]
+        stats = ended["stats"]
+        assert (stats["recovered"], stats["errors"], stats["lost"]) == (0, 0, 1)  # type: ignore[index]
+        _nothing_from_the_frozen_one(url, coord, book, view, str(ended["owner"]))

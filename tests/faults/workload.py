@@ -11,6 +11,7 @@ exactly-once rows for the transactional ones.
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import threading
 from collections.abc import Iterable
@@ -105,11 +106,22 @@ def in_threads(planned: list[Planned], threads: int) -> list[list[Planned]]:
     return [planned[n::threads] for n in range(threads)]
 
 
-def seed(url: str, book: str, count: int, where: Path, cm: int = 0, saga: str = "") -> None:
+def seed(
+    url: str,
+    book: str,
+    count: int,
+    where: Path,
+    cm: int = 0,
+    saga: str = "",
+    how: dict[str, Any] | None = None,
+) -> None:
     """``count`` declarative (``saga``, by default ``faults-3``) and ``cm`` context-manager
-    sagas left running by a process that then dies with SIGKILL (``child seed``)."""
+    sagas left running by a process that then dies with SIGKILL (``child seed``); ``how``
+    adds misbehaviour to their input (see :mod:`tests.faults.sagas`)."""
     log = where / f"seed-{count}-{cm}.log"
     args = ["seed", url, book, str(count), "--cm", str(cm), "--saga", saga or sagas.PLAIN.name]
+    if how:
+        args += ["--how", json.dumps(how)]
     with log.open("w") as output:
         process = spawn(args, stdout=output, stderr=subprocess.STDOUT)
         code = process.wait(120)

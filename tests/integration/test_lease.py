@@ -163,6 +163,10 @@ def test_one_renewal_extends_every_held_lease_and_reports_lost_and_stopped(
         for scope in scopes:
             scope.step(steps.credit, "acct", 1)
         ids = [scope.id for scope in scopes]
+        # Under test is this renewal, not the coordinator's own heartbeat: left running, it
+        # renews every held lease once ttl / 3 has passed, later than the clock read below
+        # on a slow machine. Stopped here, it is not started again: no saga is entered anew.
+        coord.heartbeat.stop()
         taken, cancelled = ids[7], ids[511]
         expire_lease(rival, taken)
         rival.store.claim(taken, rival.owner, 30.0, Event("lease_claimed"))
@@ -180,3 +184,25 @@ def test_one_renewal_extends_every_held_lease_and_reports_lost_and_stopped(
         assert rival.get(taken).epoch == 2
         with pytest.raises(LeaseLostError):  # the taken saga's old owner is fenced out
             stack.close()
+
+
+def test_an_event_fenced_by_a_superseded_epoch_is_not_written(make_coord: MakeCoordinator) -> None:
+    old, new = make_coord(lease_ttl=30.0), make_coord(lease_ttl=30.0)
+    written: list[bool] = []
+    with pytest.raises(LeaseLostError), old.saga("lease-fenced-event") as s:  # noqa: PT012 - the block is the saga
+        s.step(steps.debit, "alice", 5, compensate=steps.refund)
+        expire_lease(new, s.id)
+        new.store.claim(s.id, new.owner, 30.0, Event("lease_claimed"))
+        written.append(old.store.record_fenced_event(s.id, 1, Event("recovery_refused")))
+        written.append(new.store.record_fenced_event(s.id, 2, Event("recovery_refused")))
+        s.step(steps.credit, "bob", 5, compensate=steps.uncredit)
+    assert written == [False, True]
+    history = new.history(s.id)
+    assert [(e.kind, e.epoch) for e in history if e.kind != "step_started"][-2:] == [
+        ("lease_claimed", 2),
+        ("recovery_refused", 2),
+    ]
+    assert [e.epoch for e in history if e.kind == "recovery_refused"] == [2]
+    unknown = "00000000-0000-0000-0000-000000000000"
+    assert new.store.record_fenced_event(unknown, 1, Event("recovery_refused")) is False
+    assert new.store.events(unknown) == []

@@ -304,6 +304,20 @@ def test_an_event_for_an_unknown_saga_is_kept_without_an_epoch(store: InMemorySa
     assert (event.kind, event.epoch) == ("recovery_refused", None)
 
 
+def test_a_fenced_event_is_written_only_under_the_current_epoch(
+    store: InMemorySagaStore, clock: Clock
+) -> None:
+    saga = create(store)
+    clock.advance(TTL + 1)
+    assert store.claim_expired("rival", TTL, 1) == [saga.id]  # epoch 2 now
+    assert store.record_fenced_event(saga.id, 1, Event("recovery_refused")) is False
+    assert store.record_fenced_event(saga.id, 2, Event("recovery_refused")) is True
+    assert store.record_fenced_event("nope", 1, Event("recovery_refused")) is False
+    refused = [e for e in store.events(saga.id) if e.kind == "recovery_refused"]
+    assert [e.epoch for e in refused] == [2]
+    assert store.events("nope") == []
+
+
 def test_list_is_newest_first_with_filters_and_keyset_pages(
     store: InMemorySagaStore, clock: Clock
 ) -> None:
