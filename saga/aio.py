@@ -274,6 +274,6 @@ class AsyncCoordinator:
         return await self._unwind(await self._turn(record, "cancel requested"), saga)
 
     async def _claim_guarded(
-        self, saga_id: str, event: Event, guard: ClaimGuard, refuse: Callable[[SagaRecord], None]
+        self, saga_id: str, event: Event, guard: ClaimGuard, refuse: Callable[[SagaRecord], object]
     ) -> SagaRecord:
         return await self.store.call(self.sync.claim_guarded, saga_id, event, guard, refuse)

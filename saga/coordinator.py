@@ -372,7 +372,7 @@ class Coordinator:
         saga_id: str,
         event: Event,
         guard: ClaimGuard,
-        refuse: Callable[[SagaRecord], None],
+        refuse: Callable[[SagaRecord], object],
     ) -> SagaRecord:
         """Claim the saga for an operator's verb, on the condition the verb was decided
         under (``guard``, checked inside the claim). If the saga moved on since it was
@@ -384,7 +384,7 @@ class Coordinator:
         )
 
     def guarded(
-        self, write: Callable[[], T], saga_id: str, refuse: Callable[[SagaRecord], None]
+        self, write: Callable[[], T], saga_id: str, refuse: Callable[[SagaRecord], object]
     ) -> T:
         """``write()``; if its guard no longer held, the verb's own refusal of the saga's
         new state says why, else ``SagaChangedError`` does."""

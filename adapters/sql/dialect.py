@@ -23,9 +23,12 @@ class Dialect(Protocol):
     """Backend details the portable store asks for."""
 
     name: str
-    read_isolation: str | None
-    """The isolation level of read-only transactions (a saga row and its steps are read
-    by separate statements, which must see one snapshot), or None for the default."""
+
+    @property
+    def read_isolation(self) -> str | None:
+        """The isolation level of read-only transactions (a saga row and its steps are
+        read by separate statements, which must see one snapshot), or None: the default."""
+        ...
 
     def create_engine(self, url: str) -> Engine: ...
 

@@ -498,7 +498,9 @@ class SqlSagaStore:
         if guard is None:
             return []
         i, s = t.instances.c, t.steps.c
-        conditions = [i.status.in_([status.value for status in guard.statuses])]
+        conditions: list[ColumnElement[bool]] = [
+            i.status.in_([status.value for status in guard.statuses])
+        ]
         if guard.epoch is not None:
             conditions.append(i.epoch == guard.epoch)
         if guard.before_pivot:
