@@ -45,7 +45,7 @@ from saga import (
     operations,
 )
 from saga.codec import encode
-from saga.ports import Commit, Event, SagaRecord, StepWrite
+from saga.ports import Commit, Event, SagaRecord, StepWrite, guard_broken
 from saga.status import check_saga_move, check_step_move
 from tests.faults import figures
 
@@ -93,6 +93,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.first = record
         self.commits: list[Commit] = []
         self.durable = record
+        self.seen: list[SagaRecord] = [record]  # every durable state, oldest first
         self._apply(change)
         self.alive = True
         self.fresh = False
@@ -104,6 +105,7 @@ class EngineMachine(RuleBasedStateMachine):
     def _apply(self, change: Commit) -> None:
         before, self.durable = self.durable, engine.apply(self.durable, change)
         self.commits.append(change)
+        self.seen.append(self.durable)
         _check_moves(before, self.durable)
         for step in self.durable.steps:
             old = before.step(step.name)
@@ -143,7 +145,8 @@ class EngineMachine(RuleBasedStateMachine):
     def _fail(self, name: str, error: BaseException | str) -> None:
         """``error``: what the step raised, or (a str) why it was given up without returning."""
         text = error if isinstance(error, str) else str(error)
-        write, event = engine.failed(self.durable, name, text)
+        gave_up = isinstance(error, str)  # never returned: its outcome is unknown
+        write, event = engine.failed(self.durable, name, text, outcome_unknown=gave_up)
         no_way_back = engine.no_unwinding(self.durable, error) is not None
         status = SagaStatus.FAILED if no_way_back else SagaStatus.COMPENSATING
         moved = engine.moved(self.durable, status, reason="step failed")
@@ -257,6 +260,11 @@ class EngineMachine(RuleBasedStateMachine):
             assert status is not SagaStatus.RUNNING or may_refuse
             return
         assert self.durable.status not in (SagaStatus.COMPLETED, SagaStatus.COMPENSATED)
+        self._carry_out(action)
+        figures.count("engine rules")
+
+    def _carry_out(self, action: str) -> None:
+        """An operator's verb once its claim went through, as the coordinator does it."""
         if action == "cancel":
             self.durable = dataclasses.replace(self.durable, cancel_requested=True)
         elif action == "resume":
@@ -268,7 +276,29 @@ class EngineMachine(RuleBasedStateMachine):
             if self.durable.status is not SagaStatus.COMPENSATING:
                 turn = operations.turn(self.durable, "operator compensate")
                 self._write([], [turn], SagaStatus.COMPENSATING)
-        figures.count("engine rules")
+
+    @precondition(lambda self: not self.alive or self.durable.status not in ACTIVE)
+    @rule(action=st.sampled_from(["compensate", "resume", "cancel"]), age=st.integers(1, 12))
+    def operator_on_a_stale_read(self, action: str, age: int) -> None:
+        """An operator decided on the saga as it was ``age`` commits ago (the owner moved
+        on since); the store lets the claim through only if the verb's guard still holds
+        of the saga as it is now, as ``SqlSagaStore.claim`` checks it inside the claim."""
+        read = self.seen[max(0, len(self.seen) - 1 - age)]
+        refuse, guard = {
+            "compensate": (operations.refuse_compensate, operations.compensate_guard(read)),
+            "resume": (operations.refuse_resume, operations.resume_guard(read)),
+            "cancel": (operations.refuse_cancel, operations.cancel_guard()),
+        }[action]
+        try:
+            refuse(read)
+        except OperationRefusedError:
+            return
+        claimable = self.durable.status in (*ACTIVE, SagaStatus.FAILED)
+        if not claimable or guard_broken(self.durable, guard) is not None:
+            figures.count("engine stale operator claims refused")
+            return
+        self._carry_out(action)  # decided on the stale read: only the guard stands between
+        figures.count("engine stale operator claims let through")
 
     def teardown(self) -> None:
         if hasattr(self, "durable"):
@@ -303,7 +333,7 @@ class EngineMachine(RuleBasedStateMachine):
         for step in self.durable.steps:
             if step.kind is not StepKind.COMPENSATABLE:
                 assert step.status not in undoing, f"{step.name} ({step.kind.value}) undone"
-        if engine.past_pivot(self.durable):
+        if engine.pivot_may_have_acted(self.durable):  # succeeded, in flight or in doubt
             assert all(s.status not in undoing for s in self.durable.steps)
             assert self.durable.status not in (SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
 
