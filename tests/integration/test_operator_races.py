@@ -11,6 +11,8 @@ that raises the epoch, never on the earlier read.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,6 +30,7 @@ from saga import (
     StepStatus,
     definition,
 )
+from saga.ports import Event
 from tests.aio.facade import AsyncFacade
 from tests.integration.steps import Crash
 from tests.integration.support import wait_until_expired
@@ -109,18 +112,37 @@ def before_claim(coord: Coordinator, meanwhile: Callable[[], None]) -> None:
     before(coord, "claim", meanwhile)
 
 
-def start_owner(owner: Coordinator, saga: Saga) -> tuple[threading.Thread, list[BaseException]]:
+@dataclasses.dataclass
+class Owner:
+    """The saga's owner, running it in a thread of its own: another process, in effect."""
+
+    coord: Coordinator
+    thread: threading.Thread
+    errors: list[BaseException]
+
+
+@contextlib.contextmanager
+def owner_in_reserve(db_url: str, saga: Saga, gates: Gates, lease_ttl: float) -> Iterator[Owner]:
+    """An owner started on ``saga``, held inside its first step until the test lets go."""
+    coord = Coordinator(db_url, lease_ttl=lease_ttl)
     errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            owner.run(saga, key="order-1")
+            coord.run(saga, key="order-1")
         except BaseException as error:  # noqa: BLE001 - reported to the test
             errors.append(error)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    return thread, errors
+    try:
+        assert gates.in_reserve.wait(60)
+        yield Owner(coord, thread, errors)
+    finally:
+        gates.reserve_may_end.set()
+        gates.notify_may_end.set()
+        thread.join(60)
+        coord.close()
 
 
 def only_saga(coord: Coordinator) -> str:
@@ -134,33 +156,25 @@ def test_compensate_racing_the_owner_past_its_pivot_into_failed_is_refused(
 ) -> None:
     gates = Gates()
     saga = shop("race-compensate", gates, notify_fails=True)
-    owner = Coordinator(db_url, lease_ttl=5.0)
-    thread, errors = start_owner(owner, saga)
-    try:
-        assert gates.in_reserve.wait(60)
+    with owner_in_reserve(db_url, saga, gates, lease_ttl=5.0) as owner:
         saga_id = only_saga(operator)
         operator.register(saga)
 
         def owner_passes_pivot_and_fails() -> None:
             gates.reserve_may_end.set()
             gates.notify_may_end.set()
-            thread.join(60)
+            owner.thread.join(60)
 
         before_claim(operator, owner_passes_pivot_and_fails)
         with pytest.raises(OperationRefusedError, match="passed its pivot"):
             operator.compensate(saga_id)
-        assert isinstance(errors[0], SagaFailed)
+        assert isinstance(owner.errors[0], SagaFailed)
         view = operator.get(saga_id)
         assert view.status is SagaStatus.FAILED
         assert view.step("reserve").status is StepStatus.SUCCEEDED
         assert gates.undone == []
         kinds = [event.kind for event in operator.history(saga_id)]
         assert "operator_action" not in kinds  # the refused claim wrote nothing
-    finally:
-        gates.reserve_may_end.set()
-        gates.notify_may_end.set()
-        thread.join(60)
-        owner.close()
 
 
 def test_cancel_racing_an_owner_that_dies_just_after_its_pivot_is_refused(
@@ -168,17 +182,14 @@ def test_cancel_racing_an_owner_that_dies_just_after_its_pivot_is_refused(
 ) -> None:
     gates = Gates()
     saga = shop("race-cancel", gates, notify_fails=False)
-    owner = Coordinator(db_url, lease_ttl=0.5)
-    thread, _ = start_owner(owner, saga)
-    try:
-        assert gates.in_reserve.wait(60)
+    with owner_in_reserve(db_url, saga, gates, lease_ttl=0.5) as owner:
         saga_id = only_saga(operator)
         operator.register(saga)
 
         def owner_passes_pivot_and_dies() -> None:
             gates.reserve_may_end.set()
             assert gates.in_notify.wait(60)  # ship's success is durable by now
-            owner.heartbeat.stop()  # frozen, as a dead process: its lease runs out
+            owner.coord.heartbeat.stop()  # frozen, as a dead process: its lease runs out
             wait_until_expired(operator, saga_id)
 
         before(operator, "request_cancel", owner_passes_pivot_and_dies)
@@ -189,15 +200,10 @@ def test_cancel_racing_an_owner_that_dies_just_after_its_pivot_is_refused(
         assert view.status is SagaStatus.RUNNING
         assert view.step("ship").status is StepStatus.SUCCEEDED
         gates.notify_may_end.set()  # the frozen owner wakes, or recovery finishes it
-        thread.join(60)
+        owner.thread.join(60)
         operator.recover()
         assert operator.get(saga_id).status is SagaStatus.COMPLETED
         assert gates.undone == []
-    finally:
-        gates.reserve_may_end.set()
-        gates.notify_may_end.set()
-        thread.join(60)
-        owner.close()
 
 
 def test_resume_of_a_saga_claimed_by_another_since_it_was_read_is_refused(
@@ -207,35 +213,23 @@ def test_resume_of_a_saga_claimed_by_another_since_it_was_read_is_refused(
     died too: the operator's claim refuses instead of acting on a stale decision."""
     gates = Gates()
     saga = shop("race-resume", gates, notify_fails=False)
-    owner = Coordinator(db_url, lease_ttl=0.5)
-    recoverer = Coordinator(db_url, lease_ttl=0.5)
-    thread, _ = start_owner(owner, saga)
-    try:
-        assert gates.in_reserve.wait(60)
-        owner.heartbeat.stop()
+    with (
+        owner_in_reserve(db_url, saga, gates, lease_ttl=0.5) as owner,
+        Coordinator(db_url, lease_ttl=0.5) as recoverer,
+    ):
+        owner.coord.heartbeat.stop()
         saga_id = only_saga(operator)
         operator.register(saga)
         wait_until_expired(operator, saga_id)
 
         def another_claims_it() -> None:
-            recoverer.store.claim(saga_id, recoverer.owner, 0.5, _claimed_event())
+            claim = Event("lease_claimed", detail={"why": "test"})
+            recoverer.store.claim(saga_id, recoverer.owner, 0.5, claim)
             wait_until_expired(operator, saga_id)
 
         before_claim(operator, another_claims_it)
         with pytest.raises(OperationRefusedError, match="claimed it"):
             operator.resume(saga_id)
-    finally:
-        gates.reserve_may_end.set()
-        gates.notify_may_end.set()
-        thread.join(60)
-        owner.close()
-        recoverer.close()
-
-
-def _claimed_event() -> Any:
-    from saga.ports import Event
-
-    return Event("lease_claimed", detail={"why": "test"})
 
 
 def test_cancel_of_a_stuck_saga_without_its_definition_keeps_the_request(
@@ -248,25 +242,14 @@ def test_cancel_of_a_stuck_saga_without_its_definition_keeps_the_request(
     saga = shop("cancel-without-app", gates, notify_fails=False)
     # As in an operator's shell without --app: no module defined this saga here.
     monkeypatch.delitem(definition._catalog, saga.name)
-    owner = Coordinator(db_url, lease_ttl=0.5)
-    thread, _ = start_owner(owner, saga)
-    try:
-        assert gates.in_reserve.wait(60)
+    with owner_in_reserve(db_url, saga, gates, lease_ttl=0.5) as owner:
         gates.reserve_may_end.set()
-        thread.join(60)  # died in reserve
+        owner.thread.join(60)  # died in reserve
         saga_id = only_saga(operator)
         wait_until_expired(operator, saga_id)
         view = operator.cancel(saga_id)  # no definition registered in the operator
         assert view.cancel_requested is True
         assert view.status is SagaStatus.RUNNING
-        recoverer = Coordinator(db_url, lease_ttl=5.0)
-        try:
-            recoverer.register(saga)
-            assert recoverer.recover().outcomes[0].status is SagaStatus.CANCELLED
-        finally:
-            recoverer.close()
-    finally:
-        gates.reserve_may_end.set()
-        gates.notify_may_end.set()
-        thread.join(60)
-        owner.close()
+    with Coordinator(db_url, lease_ttl=5.0) as recoverer:
+        recoverer.register(saga)
+        assert recoverer.recover().outcomes[0].status is SagaStatus.CANCELLED
