@@ -312,24 +312,31 @@ def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
 
 
 def nothing_to_undo(record: SagaRecord) -> tuple[list[StepWrite], list[Event]]:
-    """The steps still ``running`` once everything else is undone, recorded compensated.
+    """The steps still ``running`` once everything else is undone, settled.
 
     They were in flight when the saga turned (its process died, or it never
-    reported back) and there is nothing to undo for them: they have no
-    compensation, or they are transactional and their transaction never
-    committed. Without this an unwound saga would keep them ``running``,
-    shown as in doubt forever. The event says why nothing was undone.
+    reported back) and there is nothing to undo for them. One without a
+    compensation may have acted and is recorded ``compensated`` (nothing to
+    undo); a transactional one is recorded ``failed``: its transaction never
+    committed, so nothing happened (no error text: it did not raise). Without
+    this an unwound saga would keep them ``running``, shown as in doubt
+    forever. The event says why.
     """
     writes: list[StepWrite] = []
     events: list[Event] = []
     for step in record.steps:
         if step.status is not StepStatus.RUNNING or step.kind is not StepKind.COMPENSATABLE:
             continue
+        if step.transactional:
+            check_step_move(step.name, StepStatus.RUNNING, StepStatus.FAILED)
+            writes.append(StepWrite(dataclasses.replace(step, status=StepStatus.FAILED)))
+            detail = {"reason": "its transaction never committed: nothing happened"}
+            events.append(Event("step_failed", step.name, step.attempt, detail))
+            continue
         check_step_move(step.name, StepStatus.RUNNING, StepStatus.COMPENSATING)
         check_step_move(step.name, StepStatus.COMPENSATING, StepStatus.COMPENSATED)
-        why = "its transaction never committed" if step.transactional else "no compensation"
         writes.append(StepWrite(dataclasses.replace(step, status=StepStatus.COMPENSATED)))
-        detail = {"reason": f"nothing to undo: {why}"}
+        detail = {"reason": "nothing to undo: no compensation"}
         events.append(Event("compensation_done", step.name, step.undo_attempt, detail))
     return writes, events
 

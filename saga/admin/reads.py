@@ -58,11 +58,12 @@ def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
 
 
 def undo_notes(events: Sequence[EventRecord]) -> dict[str, str]:
-    """Why a step was compensated without its compensation running ("nothing to undo:
-    no compensation"), from its last ``compensation_done`` event, by step name."""
+    """Why a step was settled without its action or compensation saying so ("nothing to
+    undo: no compensation", "its transaction never committed: nothing happened", an
+    operator's mark-step reason), from its last such event, by step name."""
     notes: dict[str, str] = {}
     for event in events:
-        if event.kind != "compensation_done" or event.step is None:
+        if event.kind not in ("compensation_done", "step_failed") or event.step is None:
             continue
         reason = (event.detail or {}).get("reason")
         if reason:
@@ -114,7 +115,7 @@ def _failed_text(event: EventRecord) -> str:
     detail = event.detail or {}
     marked = detail.get("marked_by")
     if marked is None:
-        return f"step {event.step} failed: {detail.get('error')}"
+        return f"step {event.step} failed: {detail.get('error') or detail.get('reason')}"
     return f"step {event.step} recorded as not done by {marked}: {detail.get('reason')}"
 
 

@@ -282,13 +282,14 @@ def test_steps_left_running_by_an_unwinding_have_nothing_to_undo() -> None:
     writes, events = engine.nothing_to_undo(unwound)
     assert [(w.step.name, w.step.status, w.stamp) for w in writes] == [
         ("notify", T.COMPENSATED, None),
-        ("write", T.COMPENSATED, None),
+        ("write", T.FAILED, None),  # nothing happened: its rows never committed
     ]
+    assert writes[1].step.error is None  # it did not raise
     assert [(e.kind, e.step, e.detail) for e in events] == [
         ("compensation_done", "notify", {"reason": "nothing to undo: no compensation"}),
         (
-            "compensation_done",
+            "step_failed",
             "write",
-            {"reason": "nothing to undo: its transaction never committed"},
+            {"reason": "its transaction never committed: nothing happened"},
         ),
     ]
