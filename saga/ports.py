@@ -209,7 +209,9 @@ class SagaStore(Protocol):
 
     def create_schema(self) -> None: ...
 
-    def schema_version(self) -> int | None: ...
+    def schema_version(self) -> str | None:
+        """The schema revision the store is at (None: nothing created yet)."""
+        ...
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
         """Insert ``saga`` and apply ``first``; on a (name, key) clash return the existing one.

@@ -22,7 +22,8 @@ The modules behind this one::
     actions      compensate, resume, cancel, retry-compensation, mark-compensated
     recovery     recover: plan, then carry out
     worker       the recovery loop
-    maintenance  purge, and the schema's status and upgrade
+    maintenance  purge
+    schema       the schema's revision: status, upgrade, downgrade
 """
 
 from saga.admin.actions import (
@@ -52,7 +53,7 @@ from saga.admin.inputs import (
     parse_saga_id,
     parse_statuses,
 )
-from saga.admin.maintenance import SchemaStatus, purge, schema_status, upgrade_schema
+from saga.admin.maintenance import purge
 from saga.admin.reads import (
     describe_event,
     diff_sagas,
@@ -81,6 +82,14 @@ from saga.admin.results import (
     saga_summary,
     total_duration,
 )
+from saga.admin.schema import (
+    SchemaChange,
+    SchemaStatus,
+    downgrade_schema,
+    schema_status,
+    upgrade_schema,
+    upgrade_sql,
+)
 from saga.admin.worker import WorkerStats, run_worker
 
 __all__ = [
@@ -95,6 +104,7 @@ __all__ = [
     "SagaDetail",
     "SagaDiff",
     "SagaPage",
+    "SchemaChange",
     "SchemaStatus",
     "StepDiff",
     "Timeline",
@@ -105,6 +115,7 @@ __all__ = [
     "current_step",
     "describe_event",
     "diff_sagas",
+    "downgrade_schema",
     "get_saga",
     "human_duration",
     "import_apps",
@@ -133,4 +144,5 @@ __all__ = [
     "timeline",
     "total_duration",
     "upgrade_schema",
+    "upgrade_sql",
 ]
