@@ -66,6 +66,9 @@ class SagaRecord:
     deadline: float | None = None
     cancel_requested: bool = False
     steps: tuple[StepRecord, ...] = ()
+    fingerprint: str | None = None
+    """The definition's fingerprint at the start (``version`` is its declared version);
+    None for a context-manager saga."""
     stop: bool = False
     """Not stored: the last commit's answer that the saga must stop at its next step."""
     names: dict[str, int] | None = dataclasses.field(

@@ -732,6 +732,7 @@ def _instance_values(saga: SagaRecord) -> dict[str, Any]:
         "status": saga.status.value,
         "input": saga.input,
         "version": saga.version,
+        "fingerprint": saga.fingerprint,
         "owner": saga.owner,
         "epoch": saga.epoch,
         "deadline": saga.deadline,
@@ -777,6 +778,11 @@ def _saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRec
         raise CorruptRecordError(row.id, f"unknown status {row.status!r}") from None
     if row.kind not in ("declarative", "imperative"):
         raise CorruptRecordError(row.id, f"unknown kind {row.kind!r}")
+    version, fingerprint = row.version, row.fingerprint
+    if fingerprint is None and version is not None:
+        # Written before versions (schema 0003, or by an older release since): the
+        # version column held the fingerprint, and every definition was version 1.
+        version, fingerprint = "1", version
     return SagaRecord(
         id=row.id,
         name=row.name,
@@ -784,7 +790,8 @@ def _saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRec
         kind=row.kind,
         status=status,
         input=row.input,
-        version=row.version,
+        version=version,
+        fingerprint=fingerprint,
         owner=row.owner,
         epoch=row.epoch,
         lease_expires_at=row.lease_expires_at,

@@ -101,4 +101,6 @@ def get_saga(coord: Coordinator, saga_id: str) -> SagaView:
 
 def definition_of(view: SagaView) -> Saga | None:
     """The saga's declared definition, when this process knows it (``--app``)."""
-    return defined_saga(view.name) if view.kind == "declarative" else None
+    if view.kind != "declarative":
+        return None
+    return defined_saga(view.name, view.version)

@@ -94,6 +94,11 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
     facts: list[tuple[str, str | Text]] = [
         ("saga", f"{view.id} ({view.kind})"),
         ("name", view.name),
+        *(
+            [("version", f"{view.version} (fingerprint {view.fingerprint})")]
+            if view.version
+            else []
+        ),
         ("key", view.key or "-"),
         ("status", _status_text(view, now)),
         ("owner", f"{_lease_text(view, now)} (epoch {view.epoch})"),

@@ -247,7 +247,7 @@ def test_cancel_of_a_stuck_saga_without_its_definition_keeps_the_request(
     gates.die_in_reserve = True
     saga = shop("cancel-without-app", gates, notify_fails=False)
     # As in an operator's shell without --app: no module defined this saga here.
-    monkeypatch.delitem(definition._catalog, saga.name)
+    monkeypatch.delitem(definition._catalog, (saga.name, saga.version))
     owner = Coordinator(db_url, lease_ttl=0.5)
     thread, _ = start_owner(owner, saga)
     try:
