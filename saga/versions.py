@@ -55,13 +55,7 @@ def started_with(record: SagaRecord, saga: Saga | None, known: list[int]) -> Sag
     """
     version = record_version(record)
     if saga is None:
-        has = ", ".join(f"v{v}" for v in known) or "none"
-        raise DefinitionError(
-            f"saga {record.id} ({record.name!r}) started with definition version {version}, "
-            f"which this process does not have (it has {has}); deploy the code that defines "
-            f"{record.name!r} version {version} beside the newer one until its instances "
-            "finish (`saga db check --app ...` lists them)"
-        )
+        raise DefinitionError(f"saga {record.id} {missing(record.name, version, known)}")
     if record.fingerprint is not None and record.fingerprint != saga.fingerprint:
         raise DefinitionError(
             f"saga {record.id} ({record.name!r}) started with definition version {version} "
@@ -71,6 +65,16 @@ def started_with(record: SagaRecord, saga: Saga | None, known: list[int]) -> Sag
             "docs/upgrading.md), or compensate the saga"
         )
     return saga
+
+
+def missing(name: str, version: int, known: list[int]) -> str:
+    """Why a saga of ``name`` started with ``version`` cannot go on here, and what to do."""
+    has = ", ".join(f"v{v}" for v in known) or "none"
+    return (
+        f"({name!r}) started with definition version {version}, which this process does "
+        f"not have (it has {has}); deploy the code that defines {name!r} version {version} "
+        "beside the newer one until its instances finish (`saga db check --app ...` lists them)"
+    )
 
 
 def lookup(registry: Registry, record: SagaRecord) -> tuple[Saga | None, list[int]]:

@@ -24,6 +24,7 @@ The modules behind this one::
     worker       the recovery loop
     maintenance  purge
     schema       the schema's revision: status, upgrade, downgrade
+    versions     which saga versions the unfinished sagas need
 """
 
 from saga.admin.actions import (
@@ -90,6 +91,7 @@ from saga.admin.schema import (
     upgrade_schema,
     upgrade_sql,
 )
+from saga.admin.versions import VersionCheck, VersionInUse, check_versions
 from saga.admin.worker import WorkerStats, run_worker
 
 __all__ = [
@@ -109,8 +111,11 @@ __all__ = [
     "StepDiff",
     "Timeline",
     "TimelineEntry",
+    "VersionCheck",
+    "VersionInUse",
     "WorkerStats",
     "cancel",
+    "check_versions",
     "compensate",
     "current_step",
     "describe_event",

@@ -81,3 +81,36 @@ def render_change(session: Session, change: admin.SchemaChange) -> None:
     session.say(
         f"{change.url}: {verb} {', '.join(change.applied)}; now at revision {change.revision}"
     )
+
+
+@db_app.command("check")
+def db_check_command(ctx: typer.Context, json_output: JsonFlag = False) -> None:
+    """Unfinished sagas by name and version, and which have no matching definition
+    (pass the release's modules with --app); exit 1 if any."""
+    check = respond(ctx, json_output, admin.check_versions, render_versions)
+    if not check.ok:
+        raise typer.Exit(FAILED)
+
+
+def render_versions(session: Session, check: admin.VersionCheck) -> None:
+    if not check.versions:
+        session.say(f"{check.url}: no unfinished declarative sagas")
+        return
+    rows = [
+        [v.name, str(v.version), v.fingerprint or "-", str(v.instances), _state(v)]
+        for v in check.versions
+    ]
+    session.table(["NAME", "VERSION", "FINGERPRINT", "UNFINISHED", "DEFINITION"], rows)
+    if not check.ok:
+        session.say(
+            "some unfinished sagas have no matching definition here: keep (or restore) "
+            "those versions' code until they finish (docs/upgrading.md)"
+        )
+
+
+def _state(version: admin.VersionInUse) -> str:
+    if version.state == "missing":
+        return "missing: no such version here"
+    if version.state == "changed":
+        return f"changed in place (here: {version.registered})"
+    return "ok"
