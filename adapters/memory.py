@@ -44,7 +44,7 @@ from saga.ports import (
 from saga.status import SagaStatus
 
 T = TypeVar("T")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = "memory"  # nothing stored, nothing to migrate
 _ACTIVE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
 
 
@@ -73,7 +73,7 @@ class InMemorySagaStore:
     def create_schema(self) -> None:
         """Nothing to create."""
 
-    def schema_version(self) -> int | None:
+    def schema_version(self) -> str | None:
         return SCHEMA_VERSION
 
     def now(self) -> float:

@@ -127,10 +127,11 @@ class AsyncCoordinator:
         except OperationRefusedError:  # it finished between our read and our claim
             latest = await asyncio.to_thread(self.sync._load, existing.id)
             return await self._rerun(saga, latest, input_text)
+        started = self.sync.started_with(record)  # the version the saga began with
         if record.status is SagaStatus.COMPENSATING:
-            view = await self._unwind(record, saga)
+            view = await self._unwind(record, started)
             raise SagaFailed(view.id, view.status, engine.failed_step(record))
-        return await self._forward(operations.checked(saga, record), record)
+        return await self._forward(started, record)
 
     def saga(
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None

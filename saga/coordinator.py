@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from saga import engine, faults, operations
+from saga import engine, faults, operations, versions
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
 from saga.errors import (
@@ -76,7 +76,7 @@ class Coordinator:
         self.resolver = Resolver(trusted_modules)
         self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.runner = Runner(self.store, lease_ttl, payload_limit, self.resolver, self.heartbeat)
-        self._sagas: dict[str, Saga] = {}
+        self._sagas = versions.Registry()
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store.url!r})"
@@ -99,10 +99,13 @@ class Coordinator:
     # -- declarative sagas -----------------------------------------------------------------
 
     def register(self, *sagas: Saga) -> None:
-        """Validate and register definitions so this coordinator can run and resume them."""
+        """Validate and register definitions so this coordinator can run and resume them.
+
+        Versions of one name are kept side by side: new runs take the newest, and each
+        instance continues with the version it started with."""
         for saga in sagas:
             saga.validate()
-            self._sagas[saga.name] = saga
+            self._sagas.add(saga)
 
     def run(
         self,
@@ -150,24 +153,36 @@ class Coordinator:
             raise
         except OperationRefusedError:  # it finished between our read and our claim
             return self._rerun(saga, self._load(existing.id), input_text)
+        started = self.started_with(record)  # the version the saga began with, maybe older
         if record.status is SagaStatus.COMPENSATING:
-            view = self._unwind(record, saga)
+            view = self._unwind(record, started)
             raise SagaFailed(view.id, view.status, engine.failed_step(record))
-        return self._forward(operations.checked(saga, record), record)
+        return self._forward(started, record)
 
     def _definition(self, saga: Saga | str) -> Saga:
         if isinstance(saga, Saga):
-            if self._sagas.get(saga.name) is not saga:
+            if not self._sagas.holds(saga):
                 self.register(saga)
             return saga
-        known = self._sagas.get(saga) or defined_saga(saga)
+        known = self._sagas.newest(saga) or defined_saga(saga)
         if known is None:
             raise UnknownSagaError(
                 f"no saga definition named {saga!r}; register it (or import its module with --app)"
             )
-        if known.name not in self._sagas:
+        if not self._sagas.holds(known):
             self.register(known)
         return known
+
+    def started_with(self, record: SagaRecord) -> Saga:
+        """The definition ``record`` started with: its version, with its fingerprint.
+        ``DefinitionError`` naming both when this process has no such definition."""
+        saga, known = versions.lookup(self._sagas, record)
+        if saga is None and not known:  # no version at all: as for a run by name
+            self._definition(record.name)
+        saga = versions.started_with(record, saga, known)
+        if not self._sagas.holds(saga):
+            self.register(saga)
+        return saga
 
     # -- context-manager sagas ------------------------------------------------------------
 
@@ -279,7 +294,7 @@ class Coordinator:
         view_of(record)  # CorruptRecordError before anything acts on a row with unreadable JSON
         if record.kind == "imperative":
             return None
-        return operations.checked(self._definition(record.name), record)
+        return self.started_with(record)
 
     def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
         event = operations.turn(record, why)

@@ -23,13 +23,22 @@ from saga.status import StepKind
 StepFn = Callable[..., Any]
 OnCrash = Literal["resume", "compensate"]
 
-_catalog: dict[str, Saga] = {}
+_catalog: dict[tuple[str, int], Saga] = {}
 _Plan = tuple[dict[str, tuple[str, ...]], list["Step"], str, dict[str, "Step"]]
 
 
-def defined_saga(name: str) -> Saga | None:
-    """The most recently defined ``Saga`` with this name in this process."""
-    return _catalog.get(name)
+def defined_saga(name: str, version: int | None = None) -> Saga | None:
+    """The most recently defined ``Saga`` with this name and version in this process
+    (without ``version``: its newest version)."""
+    if version is not None:
+        return _catalog.get((name, version))
+    versions = defined_versions(name)
+    return versions[-1] if versions else None
+
+
+def defined_versions(name: str) -> list[Saga]:
+    """Every version of the saga named ``name`` defined in this process, oldest first."""
+    return sorted((s for (n, _), s in _catalog.items() if n == name), key=lambda s: s.version)
 
 
 @dataclasses.dataclass(eq=False)
@@ -77,29 +86,36 @@ class Saga:
     ``on_crash`` says what recovery does with a saga found ``running`` after
     its process died: ``"resume"`` (go forward, the default) or
     ``"compensate"``. ``max_concurrency`` bounds parallel steps;
-    ``deadline`` bounds the whole saga's duration.
+    ``deadline`` bounds the whole saga's duration. ``version`` (a whole number from 1)
+    tells versions of one saga apart: several can be registered at once, new runs take
+    the newest, and an instance always continues with the version it started with
+    (see docs/upgrading.md).
     """
 
     def __init__(
         self,
         name: str,
         *,
+        version: int = 1,
         on_crash: OnCrash = "resume",
         max_concurrency: int = 1,
         deadline: timedelta | None = None,
     ) -> None:
         if on_crash not in ("resume", "compensate"):
             raise DefinitionError(f"saga {name!r}: on_crash must be 'resume' or 'compensate'")
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise DefinitionError(f"saga {name!r}: version must be a whole number from 1")
         self.name = name
+        self.version = version
         self.on_crash: OnCrash = on_crash
         self.max_concurrency = max_concurrency
         self.deadline = deadline
         self.steps: list[Step] = []
         self._plan: _Plan | None = None
-        _catalog[name] = self
+        _catalog[(name, version)] = self
 
     def __repr__(self) -> str:
-        return f"Saga({self.name!r}, steps={[s.name for s in self.steps]})"
+        return f"Saga({self.name!r}, version={self.version}, steps={[s.name for s in self.steps]})"
 
     @overload
     def step(self, fn: StepFn, /) -> Step: ...
@@ -164,7 +180,7 @@ class Saga:
             deps = self._dependencies()
             order = self._order(deps) if not _find_cycle(deps) else list(self.steps)
             names = {step.name: step for step in reversed(self.steps)}  # first one wins
-            self._plan = (deps, order, self._version(deps), names)
+            self._plan = (deps, order, self._fingerprint(deps), names)
         return self._plan
 
     def _dependencies(self) -> dict[str, tuple[str, ...]]:
@@ -237,11 +253,13 @@ class Saga:
         return ordered
 
     @property
-    def version(self) -> str:
-        """A digest of the saga's shape: steps, kinds and dependencies."""
+    def fingerprint(self) -> str:
+        """A digest of the saga's shape: step names, order, kinds and dependencies. An
+        instance is refused by a definition whose fingerprint is not the one it started
+        with."""
         return self._planned()[2]
 
-    def _version(self, deps: dict[str, tuple[str, ...]]) -> str:
+    def _fingerprint(self, deps: dict[str, tuple[str, ...]]) -> str:
         shape = [[s.name, s.kind.value, list(deps[s.name])] for s in self.steps]
         return hashlib.sha256(json.dumps(shape).encode()).hexdigest()[:16]
 

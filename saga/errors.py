@@ -19,7 +19,7 @@
     ├── IllegalTransitionError      a status change the state machine forbids: a bug, never expected
     └── StorageError                the database misbehaved
         ├── StorageUnavailableError the database cannot be reached (retried, then raised)
-        ├── SchemaVersionError      the database's schema is from a newer release of saga
+        ├── SchemaVersionError      the schema is not this release's (older, newer or unknown)
         └── CorruptRecordError      a stored row cannot be understood
 
 Driver exceptions (psycopg, sqlite3, SQLAlchemy) never cross the storage port:
@@ -210,16 +210,15 @@ class StorageUnavailableError(StorageError):
 
 
 class SchemaVersionError(StorageError):
-    """The database's saga schema is newer than this release knows: refused before
-    anything is written, so an older process never writes rows it does not understand."""
+    """The database's saga schema is not this release's: older (run ``saga db
+    upgrade``), newer (from a newer release of saga), or not one saga recognises.
+    Refused before anything is written, so a process never writes rows its schema
+    does not match."""
 
-    def __init__(self, url: str, found: int, known: int) -> None:
+    def __init__(self, message: str, found: str | None, known: str) -> None:
         self.found = found
         self.known = known
-        super().__init__(
-            f"{url}: saga's schema there is version {found}, newer than this release of saga "
-            f"knows (version {known}); upgrade saga in this environment, or use another database"
-        )
+        super().__init__(message)
 
 
 class CorruptRecordError(StorageError):

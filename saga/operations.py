@@ -16,10 +16,11 @@ from typing import Literal
 from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
-from saga.errors import ConfigurationError, DefinitionError, OperationRefusedError
+from saga.errors import ConfigurationError, OperationRefusedError
 from saga.failure import recorded_failure
 from saga.ports import ClaimGuard, Commit, Event, SagaRecord
 from saga.status import SagaStatus
+from saga.versions import record_version, started_with
 
 Route = Literal["forward", "unwind", "turn"]
 
@@ -55,7 +56,8 @@ def new_saga(
         kind="declarative",
         status=SagaStatus.RUNNING,
         input=input_text,
-        version=saga.version,
+        version=str(saga.version),
+        fingerprint=saga.fingerprint,
         owner=owner,
         epoch=1,
         deadline=seconds(deadline if deadline is not None else saga.deadline),
@@ -89,13 +91,8 @@ def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
 
 def checked(saga: Saga, record: SagaRecord) -> Saga:
     """``saga`` if it is the definition ``record`` started with; refuse otherwise."""
-    if record.version != saga.version:
-        raise DefinitionError(
-            f"saga {record.id} ({saga.name!r}) started with definition version "
-            f"{record.version} but this process has {saga.version}; the steps changed. "
-            "Finish it with the old code, or compensate it"
-        )
-    return saga
+    same = saga if record_version(record) == saga.version else None
+    return started_with(record, same, [saga.version])
 
 
 def recovery_route(record: SagaRecord, saga: Saga | None, compensate: bool) -> Route:

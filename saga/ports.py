@@ -66,6 +66,9 @@ class SagaRecord:
     deadline: float | None = None
     cancel_requested: bool = False
     steps: tuple[StepRecord, ...] = ()
+    fingerprint: str | None = None
+    """The definition's fingerprint at the start (``version`` is its declared version);
+    None for a context-manager saga."""
     stop: bool = False
     """Not stored: the last commit's answer that the saga must stop at its next step."""
     names: dict[str, int] | None = dataclasses.field(
@@ -209,7 +212,9 @@ class SagaStore(Protocol):
 
     def create_schema(self) -> None: ...
 
-    def schema_version(self) -> int | None: ...
+    def schema_version(self) -> str | None:
+        """The schema revision the store is at (None: nothing created yet)."""
+        ...
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[SagaRecord, bool]:
         """Insert ``saga`` and apply ``first``; on a (name, key) clash return the existing one.

@@ -68,6 +68,7 @@ class ScopeCore:
         self._record: SagaRecord | None = None
         self._calls = 0
         self._names: Counter[str] = Counter()
+        self._taken: set[str] = set()
         self._failed_step: str | None = None
         self._failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
         self._holding: Any = None
@@ -225,9 +226,15 @@ class ScopeCore:
             self._holding = None
 
     def _next_name(self, base: str) -> str:
+        # Names stay distinct within a saga (no index enforces it since schema 0003): a
+        # repeated name is numbered, skipping any number an explicit name already took.
         self._names[base] += 1
-        count = self._names[base]
-        return base if count == 1 else f"{base}#{count}"
+        name = base if self._names[base] == 1 else f"{base}#{self._names[base]}"
+        while name in self._taken:
+            self._names[base] += 1
+            name = f"{base}#{self._names[base]}"
+        self._taken.add(name)
+        return name
 
     def _replayed(
         self, seq: int, name: str, input_digest: str, action_ref: str

@@ -57,6 +57,10 @@ class SagaView:
     updated_at: float | None
     cancel_requested: bool
     steps: tuple[StepView, ...]
+    version: int | None = None
+    """The definition version it started with (None: a context-manager saga)."""
+    fingerprint: str | None = None
+    """That definition's fingerprint (step names, order, dependencies, kinds)."""
 
     @property
     def results(self) -> dict[str, Any]:
@@ -87,7 +91,18 @@ def view_of(record: SagaRecord) -> SagaView:
         updated_at=record.updated_at,
         cancel_requested=record.cancel_requested,
         steps=tuple(_step_view(record.id, s) for s in record.steps),
+        version=_version(record),
+        fingerprint=record.fingerprint,
     )
+
+
+def _version(record: SagaRecord) -> int | None:
+    if record.kind != "declarative":
+        return None
+    try:
+        return int(record.version) if record.version is not None else 1
+    except ValueError:
+        raise CorruptRecordError(record.id, f"unreadable version {record.version!r}") from None
 
 
 def _step_view(saga_id: str, step: StepRecord) -> StepView:

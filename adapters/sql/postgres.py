@@ -24,6 +24,8 @@ from sqlalchemy.exc import DBAPIError
 from saga.errors import StorageError, StorageUnavailableError
 
 _SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
+SCHEMA_LOCK_SQL = f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})"
+"""The lock, as the SQL ``saga db upgrade --sql`` prints for a DBA (a fixed number)."""
 
 
 class PostgresDialect:

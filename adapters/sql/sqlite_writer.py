@@ -31,9 +31,10 @@ from .store import _event_values, _instance_values, _step_values, masked
 T = TypeVar("T")
 
 _CREATE = (
-    "INSERT INTO saga_instances (id, name, key, kind, status, input, version, owner, epoch, "
-    "deadline, cancel_requested, created_at, updated_at, lease_expires_at, commit_token) "
-    "VALUES (:id, :name, :key, :kind, :status, :input, :version, :owner, :epoch, "
+    "INSERT INTO saga_instances (id, name, key, kind, status, input, version, fingerprint, "
+    "owner, epoch, deadline, cancel_requested, created_at, updated_at, lease_expires_at, "
+    "commit_token) "
+    "VALUES (:id, :name, :key, :kind, :status, :input, :version, :fingerprint, :owner, :epoch, "
     "(julianday('now') - 2440587.5) * 86400.0 + :deadline, :cancel_requested, "
     "(julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0, "
     "(julianday('now') - 2440587.5) * 86400.0 + :ttl, :token) "

@@ -20,12 +20,9 @@ from sqlalchemy import (
     Row,
     and_,
     delete,
-    func,
     insert,
-    inspect,
     or_,
     select,
-    text,
     tuple_,
     update,
 )
@@ -40,7 +37,6 @@ from saga.errors import (
     OperationRefusedError,
     SagaBusyError,
     SagaChangedError,
-    SchemaVersionError,
     StorageError,
     StorageUnavailableError,
     UnknownSagaError,
@@ -60,6 +56,7 @@ from saga.ports import (
 )
 from saga.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
+from . import migrate
 from . import tables as t
 from .dialect import Dialect
 
@@ -150,33 +147,22 @@ class SqlSagaStore:
         # Always called under the caller's retry: retrying here too would
         # multiply the time an unreachable database takes to report.
         if not self._schema_ready:
-            self._create_tables()
+            migrate.check(self)
             self._schema_ready = True
 
     def create_schema(self) -> None:
-        """Create the tables if they are missing and record the schema version."""
-        self._retried(self._create_tables)
+        """Create the tables, or migrate them to this release's revision (``saga db
+        upgrade``); a database saga does not recognise is refused, unchanged."""
+        self._retried(lambda: migrate.upgrade(self))
         self._schema_ready = True
 
-    def _create_tables(self) -> None:
-        """Create what is missing and bring a schema of an older release up to date; a
-        schema from a newer release is refused before anything is written."""
-        with self._translated(), self.engine.begin() as connection:
-            self.dialect.lock_schema(connection)
-            found = _recorded_version(connection)
-            if found is not None and found > t.SCHEMA_VERSION:
-                raise SchemaVersionError(self.url, found, t.SCHEMA_VERSION)
-            t.SagaInstanceRow.metadata.create_all(connection, tables=list(t.ALL_TABLES))
-            _add_missing_columns(connection)
-            if found is None or found < t.SCHEMA_VERSION:
-                connection.execute(insert(t.schema_version).values(version=t.SCHEMA_VERSION))
+    def schema_version(self) -> str | None:
+        """The schema revision the database is at; None while saga's tables do not
+        exist (creates nothing)."""
 
-    def schema_version(self) -> int | None:
-        """The recorded schema version; None while saga's tables do not exist (creates nothing)."""
-
-        def read() -> int | None:
-            with self._translated(), self.engine.begin() as connection:
-                return _recorded_version(connection)
+        def read() -> str | None:
+            with self._translated(), self.engine.connect() as connection:
+                return migrate.read(connection).at
 
         return self._retried(read)
 
@@ -714,27 +700,6 @@ class SqlSagaStore:
         return [_saga_record(row, tuple(by_saga[row.id])) for row in rows]
 
 
-# -- schema ----------------------------------------------------------------------------
-
-_ADDED_COLUMNS = ((t.steps, "commit_token", "VARCHAR"),)
-"""Columns added since the first release, added to a database it created (the schema is
-created, not migrated, until versioned migrations arrive): table, column, SQL type."""
-
-
-def _recorded_version(connection: Connection) -> int | None:
-    if not inspect(connection).has_table(t.schema_version.name):
-        return None
-    version = connection.execute(select(func.max(t.schema_version.c.version))).scalar()
-    return None if version is None else int(version)
-
-
-def _add_missing_columns(connection: Connection) -> None:
-    for table, column, kind in _ADDED_COLUMNS:
-        present = {c["name"] for c in inspect(connection).get_columns(table.name)}
-        if column not in present:  # fixed names from the list above, never user data
-            connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {column} {kind}"))
-
-
 # -- row <-> record ----------------------------------------------------------------
 
 
@@ -784,6 +749,7 @@ def _instance_values(saga: SagaRecord) -> dict[str, Any]:
         "status": saga.status.value,
         "input": saga.input,
         "version": saga.version,
+        "fingerprint": saga.fingerprint,
         "owner": saga.owner,
         "epoch": saga.epoch,
         "deadline": saga.deadline,
@@ -829,6 +795,11 @@ def _saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRec
         raise CorruptRecordError(row.id, f"unknown status {row.status!r}") from None
     if row.kind not in ("declarative", "imperative"):
         raise CorruptRecordError(row.id, f"unknown kind {row.kind!r}")
+    version, fingerprint = row.version, row.fingerprint
+    if fingerprint is None and version is not None:
+        # Written before versions (schema 0003, or by an older release since): the
+        # version column held the fingerprint, and every definition was version 1.
+        version, fingerprint = "1", version
     return SagaRecord(
         id=row.id,
         name=row.name,
@@ -836,7 +807,8 @@ def _saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRec
         kind=row.kind,
         status=status,
         input=row.input,
-        version=row.version,
+        version=version,
+        fingerprint=fingerprint,
         owner=row.owner,
         epoch=row.epoch,
         lease_expires_at=row.lease_expires_at,

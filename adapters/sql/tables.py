@@ -1,4 +1,7 @@
-"""The SQL tables, as SQLModel models.
+"""The SQL tables, as SQLModel models: the newest schema, as the store's statements use it.
+
+The tables are made by the migrations in ``migrations/versions`` (each revision states
+its own DDL); a test checks that the migrated schema and these models agree.
 
 There are no foreign keys: steps and events are only ever written under
 their saga's fence (the fenced UPDATE found the saga row, in the same
@@ -15,10 +18,6 @@ from __future__ import annotations
 from sqlalchemy import BigInteger, Column, Index, Integer, Table, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
-SCHEMA_VERSION = 2
-"""1: the first release. 2: ``saga_steps.commit_token`` (the token of the commit that last
-wrote the row, so that a retry after a lost acknowledgement recognises its own commit
-even when a sibling step's commit has overwritten the saga row's token since)."""
 _ACTIVE = text("status IN ('running', 'compensating')")
 
 
@@ -55,12 +54,11 @@ class SagaInstanceRow(SQLModel, table=True):
     deadline: float | None = None
     cancel_requested: bool = False
     commit_token: str | None = None
+    fingerprint: str | None = None
 
 
 class SagaStepRow(SQLModel, table=True):
     __tablename__ = "saga_steps"
-    __table_args__ = (UniqueConstraint("saga_id", "name", name="uq_saga_steps_saga_name"),)
-
     saga_id: str = Field(primary_key=True)
     seq: int = Field(primary_key=True)
     name: str
@@ -83,6 +81,7 @@ class SagaStepRow(SQLModel, table=True):
 
 class SagaEventRow(SQLModel, table=True):
     __tablename__ = "saga_events"
+    # On PostgreSQL the primary key is (saga_id, id) instead of this index (revision 0003).
     __table_args__ = (Index("ix_saga_events_saga", "saga_id", "id"),)
 
     id: int | None = Field(
@@ -101,6 +100,8 @@ class SagaEventRow(SQLModel, table=True):
 
 
 class SagaSchemaVersionRow(SQLModel, table=True):
+    """Kept from releases before migrations, which read it to refuse newer schemas."""
+
     __tablename__ = "saga_schema_version"
 
     version: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})

@@ -22,7 +22,9 @@ The modules behind this one::
     actions      compensate, resume, cancel, retry-compensation, mark-compensated
     recovery     recover: plan, then carry out
     worker       the recovery loop
-    maintenance  purge, and the schema's status and upgrade
+    maintenance  purge
+    schema       the schema's revision: status, upgrade, downgrade
+    versions     which saga versions the unfinished sagas need
 """
 
 from saga.admin.actions import (
@@ -52,7 +54,7 @@ from saga.admin.inputs import (
     parse_saga_id,
     parse_statuses,
 )
-from saga.admin.maintenance import SchemaStatus, purge, schema_status, upgrade_schema
+from saga.admin.maintenance import purge
 from saga.admin.reads import (
     describe_event,
     diff_sagas,
@@ -81,6 +83,15 @@ from saga.admin.results import (
     saga_summary,
     total_duration,
 )
+from saga.admin.schema import (
+    SchemaChange,
+    SchemaStatus,
+    downgrade_schema,
+    schema_status,
+    upgrade_schema,
+    upgrade_sql,
+)
+from saga.admin.versions import VersionCheck, VersionInUse, check_versions
 from saga.admin.worker import WorkerStats, run_worker
 
 __all__ = [
@@ -95,16 +106,21 @@ __all__ = [
     "SagaDetail",
     "SagaDiff",
     "SagaPage",
+    "SchemaChange",
     "SchemaStatus",
     "StepDiff",
     "Timeline",
     "TimelineEntry",
+    "VersionCheck",
+    "VersionInUse",
     "WorkerStats",
     "cancel",
+    "check_versions",
     "compensate",
     "current_step",
     "describe_event",
     "diff_sagas",
+    "downgrade_schema",
     "get_saga",
     "human_duration",
     "import_apps",
@@ -133,4 +149,5 @@ __all__ = [
     "timeline",
     "total_duration",
     "upgrade_schema",
+    "upgrade_sql",
 ]

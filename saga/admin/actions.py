@@ -10,7 +10,7 @@ import shlex
 
 from saga import engine
 from saga.admin.facts import past_pivot
-from saga.admin.inputs import definition_of, get_saga, parse_saga_id
+from saga.admin.inputs import definition_of, get_saga, no_definition, parse_saga_id
 from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.errors import ConfigurationError, OperationRefusedError, UnknownSagaError
@@ -59,9 +59,7 @@ def mark_compensated(coord: Coordinator, saga_id: str, step: str, reason: str) -
     _require_failed(view, "mark-compensated")
     definition = definition_of(view)
     if view.kind == "declarative" and definition is None:
-        raise UnknownSagaError(
-            f"no definition of saga {view.name!r} in this process; pass --app MODULE"
-        )
+        raise UnknownSagaError(no_definition(view))
     record = coord.store.load(saga_id)
     assert record is not None
     _record_hand_undo(coord, record, _undo_candidate(record, step, definition), reason)

@@ -14,10 +14,11 @@ import uuid
 from collections.abc import Iterable, Sequence
 
 from saga.coordinator import Coordinator, parse_status
-from saga.definition import Saga, defined_saga
+from saga.definition import Saga, defined_saga, defined_versions
 from saga.errors import ConfigurationError, UnknownSagaError
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.status import SagaStatus
+from saga.versions import missing
 from saga.views import SagaView
 
 CLI_STORE_RETRY = dataclasses.replace(STORE_RETRY, max_delay=0.5, max_elapsed=3.0)
@@ -101,4 +102,14 @@ def get_saga(coord: Coordinator, saga_id: str) -> SagaView:
 
 def definition_of(view: SagaView) -> Saga | None:
     """The saga's declared definition, when this process knows it (``--app``)."""
-    return defined_saga(view.name) if view.kind == "declarative" else None
+    if view.kind != "declarative":
+        return None
+    return defined_saga(view.name, view.version)
+
+
+def no_definition(view: SagaView) -> str:
+    """Why this process cannot act on a declarative saga: no definition of its version."""
+    known = [saga.version for saga in defined_versions(view.name)]
+    if not known:
+        return f"no definition of saga {view.name!r} here; pass --app MODULE"
+    return f"saga {view.id} {missing(view.name, view.version or 1, known)}"

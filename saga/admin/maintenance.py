@@ -1,11 +1,8 @@
-"""Looking after the database: ``saga purge`` and ``saga db upgrade`` / ``status``."""
+"""Looking after the database: ``saga purge`` (the schema: :mod:`saga.admin.schema`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from saga.admin.facts import FINISHED
 from saga.coordinator import Coordinator
@@ -47,48 +44,3 @@ def purge(
             progress(total)
         if deleted == 0:
             return total
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SchemaStatus:
-    url: str
-    version: int | None
-    expected: int | None
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.version is not None and self.version == self.expected
-
-    @property
-    def ahead(self) -> bool:
-        """The database was made by a newer release of saga than this one."""
-        if self.version is None or self.expected is None:
-            return False
-        return self.version > self.expected
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "version": self.version,
-            "expected": self.expected,
-            "up_to_date": self.up_to_date,
-            "newer_than_this_release": self.ahead,
-        }
-
-
-def schema_status(coord: Coordinator) -> SchemaStatus:
-    """The schema version recorded in the database (None: no tables yet)."""
-    return SchemaStatus(coord.store.url, coord.store.schema_version(), _expected_version())
-
-
-def upgrade_schema(coord: Coordinator) -> SchemaStatus:
-    """Create the tables, or migrate them to the version this code expects."""
-    coord.store.create_schema()
-    return schema_status(coord)
-
-
-def _expected_version() -> int | None:
-    # Looked up only when asked for: the core never imports an adapter eagerly.
-    tables = importlib.import_module("saga.adapters.sql.tables")
-    version = getattr(tables, "SCHEMA_VERSION", None)
-    return version if isinstance(version, int) else None

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from saga.admin.facts import human_duration, json_value, lease_left, past_pivot
-from saga.admin.inputs import definition_of, get_saga, parse_saga_id
+from saga.admin.inputs import definition_of, get_saga, no_definition, parse_saga_id
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
 from saga.recovery import LOST
@@ -165,7 +165,7 @@ def _decide(coord: Coordinator, view: SagaView, compensate: bool) -> tuple[Plan,
     """The coordinator's recovery rule, predicted; and what would stop it, if anything."""
     definition = definition_of(view)
     if view.kind == "declarative" and definition is None:
-        return Plan.SKIP, f"no definition of saga {view.name!r} here; pass --app MODULE"
+        return Plan.SKIP, no_definition(view)
     if view.status is SagaStatus.COMPENSATING:
         plan = Plan.CONTINUE
     elif definition is None:  # a context-manager saga: only its own code goes forward

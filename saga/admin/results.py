@@ -35,6 +35,8 @@ def saga_summary(view: SagaView, now: float) -> dict[str, Any]:
         "name": view.name,
         "key": view.key,
         "kind": view.kind,
+        "version": view.version,
+        "fingerprint": view.fingerprint,
         "status": view.status.value,
         "current_step": step.name if step else None,
         "current_step_status": json_value(step.status) if step else None,

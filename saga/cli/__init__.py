@@ -14,7 +14,8 @@ The modules behind this one::
     session        one invocation: its coordinator, output, errors and exit codes
     render         tables and plain text for what the admin functions return
     commands_read  list, show, history, diff
-    commands_ops   recover, the operator actions, worker, purge, db, demo
+    commands_ops   recover, the operator actions, worker, purge, demo
+    commands_db    db status, upgrade, downgrade: the schema's revision
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import typer
 # isort: off
 from saga.cli import commands_read  # noqa: F401
 from saga.cli import commands_ops  # noqa: F401
+from saga.cli import commands_db  # noqa: F401
 
 # isort: on
 from saga.cli.options import app

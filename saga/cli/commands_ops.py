@@ -1,5 +1,5 @@
 """The commands that act: ``saga recover``, the operator actions, ``worker``,
-``purge``, ``db upgrade`` / ``status`` and ``demo``.
+``purge`` and ``demo`` (``db``: :mod:`saga.cli.commands_db`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,14 @@ import typer
 from rich.progress import Progress
 
 from saga import admin
-from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app, db_app
-from saga.cli.render import render_recovery, render_schema, render_standing
+from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app
+from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import (
     FAILED,
     OK,
     Session,
     printable,
     reporting,
-    respond,
     scrub,
     session_of,
 )
@@ -269,20 +268,6 @@ def _purge_progress(session: Session) -> Callable[[int], None] | None:
     if not session.err.is_terminal:
         return None
     return lambda total: session.err.print(f"deleted {total}...", markup=False)
-
-
-@db_app.command("upgrade")
-def db_upgrade_command(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """Create saga's tables, or migrate them to this version's schema."""
-    respond(ctx, json_output, admin.upgrade_schema, render_schema)
-
-
-@db_app.command("status")
-def db_status_command(ctx: typer.Context, json_output: JsonFlag = False) -> None:
-    """The schema version in the database; exit 1 unless it is up to date."""
-    status = respond(ctx, json_output, admin.schema_status, render_schema)
-    if not status.up_to_date:
-        raise typer.Exit(FAILED)
 
 
 # -- the demo ---------------------------------------------------------------------------------

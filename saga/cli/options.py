@@ -70,6 +70,8 @@ def db_options(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:  # `saga db` alone is a usage error, exit 2
         typer.echo(ctx.get_usage(), err=True)
         typer.echo(
-            "saga: error: missing command: upgrade or status (see `saga db --help`)", err=True
+            "saga: error: missing command: status, upgrade, downgrade or check "
+            "(see `saga db --help`)",
+            err=True,
         )
         raise typer.Exit(BAD_INPUT)

@@ -94,6 +94,11 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
     facts: list[tuple[str, str | Text]] = [
         ("saga", f"{view.id} ({view.kind})"),
         ("name", view.name),
+        *(
+            [("version", f"{view.version} (fingerprint {view.fingerprint})")]
+            if view.version
+            else []
+        ),
         ("key", view.key or "-"),
         ("status", _status_text(view, now)),
         ("owner", f"{_lease_text(view, now)} (epoch {view.epoch})"),
@@ -264,20 +269,3 @@ def render_standing(session: Session, view: SagaView) -> None:
     )
     pending = view.status is SagaStatus.RUNNING and view.cancel_requested
     session.say(f"saga {view.id}: {view.status.value}" + (extra if pending else ""))
-
-
-def render_schema(session: Session, status: admin.SchemaStatus) -> None:
-    if status.version is None:
-        session.say(f"{status.url}: no saga tables yet; run `saga db upgrade`")
-    elif status.up_to_date:
-        session.say(f"{status.url}: schema version {status.version}, up to date")
-    elif status.ahead:
-        session.say(
-            f"{status.url}: schema version {status.version} is from a newer release of saga "
-            f"than this one (it knows {status.expected}); upgrade saga here, do not downgrade"
-        )
-    else:
-        session.say(
-            f"{status.url}: schema version {status.version}, this saga expects "
-            f"{status.expected}; run `saga db upgrade`"
-        )

@@ -82,7 +82,7 @@ def test_db_without_a_subcommand_prints_usage_and_exits_2(world: World, tmp_path
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         "Usage: saga db [OPTIONS] COMMAND [ARGS]...",
-        "saga: error: missing command: upgrade or status (see `saga db --help`)",
+        "saga: error: missing command: status, upgrade, downgrade or check (see `saga db --help`)",
     ]
     assert result.stdout == ""
 

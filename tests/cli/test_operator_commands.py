@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from saga.adapters.sql.revisions import HEAD
+
 from saga import Coordinator, SagaStatus, StepStatus
 from tests.cli import steps
 from tests.cli.conftest import World, crashed, invoke, order
@@ -225,21 +227,27 @@ def test_purge_without_yes_asks_and_does_nothing_when_it_cannot(world: World) ->
 def test_db_upgrade_and_status(world: World) -> None:
     upgraded = invoke(world.url, "db", "upgrade")
     assert upgraded.exit_code == 0, upgraded.output
-    assert "schema version 2, up to date" in upgraded.stdout
+    assert f"revision {HEAD}, nothing to do" in upgraded.stdout
     status = invoke(world.url, "db", "status", "--json")
     assert json.loads(status.stdout) == {
         "url": json.loads(status.stdout)["url"],
-        "version": 2,
-        "expected": 2,
+        "version": HEAD,
+        "expected": HEAD,
+        "revision": HEAD,
+        "head": HEAD,
+        "pending": [],
+        "state": "current",
         "up_to_date": True,
         "newer_than_this_release": False,
+        "legacy_version": None,
     }
 
 
 def test_db_status_of_an_empty_database_says_so_and_creates_nothing(sqlite_url: str) -> None:
     first = invoke(sqlite_url, "db", "status")
     assert first.exit_code == 1
-    assert "no saga tables yet; run `saga db upgrade`" in first.stdout
+    assert f"no saga tables yet (revision {HEAD} needed)" in first.stdout
+    assert "run `saga db upgrade`" in first.stdout
     assert invoke(sqlite_url, "db", "status").exit_code == 1
 
 

@@ -8,7 +8,8 @@ from typing import Any
 from tests.cli.conftest import World, invoke
 
 SUMMARY_KEYS = {
-    "id", "name", "key", "kind", "status", "current_step", "current_step_status", "attempt",
+    "id", "name", "key", "kind", "version", "fingerprint", "status", "current_step",
+    "current_step_status", "attempt",
     "created_at", "updated_at", "age_seconds", "owner", "epoch", "lease_expires_at",
     "lease_expired", "stuck", "cancel_requested",
 }  # fmt: skip

@@ -241,7 +241,7 @@ def test_cancel_of_a_stuck_saga_without_its_definition_keeps_the_request(
     gates.die_in_reserve = True
     saga = shop("cancel-without-app", gates, notify_fails=False)
     # As in an operator's shell without --app: no module defined this saga here.
-    monkeypatch.delitem(definition._catalog, saga.name)
+    monkeypatch.delitem(definition._catalog, (saga.name, saga.version))
     with owner_in_reserve(db_url, saga, gates, lease_ttl=0.5) as owner:
         gates.reserve_may_end.set()
         owner.thread.join(60)  # died in reserve

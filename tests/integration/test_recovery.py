@@ -250,7 +250,7 @@ def test_an_unknown_definition_is_reported_and_does_not_stop_the_others(
     recoverer = make_coord(lease_ttl=0.3)
     from saga import definition
 
-    definition._catalog.pop("recover-orphan")  # this "process" never imported that saga
+    definition._catalog.pop(("recover-orphan", 1))  # this "process" never imported that saga
     wait_until_expired(recoverer, survivor)
     report = recoverer.recover()
     by_id = {o.saga_id: o for o in report.outcomes}

@@ -174,23 +174,40 @@ def test_bad_on_crash_and_concurrency_are_refused() -> None:
         saga.validate()
 
 
-def test_version_follows_the_shape_not_the_code() -> None:
+def test_fingerprint_follows_the_shape_not_the_code() -> None:
     def build(second: str, body: object = None) -> str:
         saga = fresh()
         saga.step(name="a")(noop)
         saga.step(name=second)(lambda ctx: body)
-        return saga.version
+        return saga.fingerprint
 
     assert build("b", 1) == build("b", 2)
     assert build("b") != build("c")
 
 
-def test_version_changes_with_step_kind_and_dependencies() -> None:
+def test_fingerprint_changes_with_step_kind_order_and_dependencies() -> None:
     def build(**options: object) -> str:
         saga = fresh()
         saga.step(name="a")(noop)
         saga.step(name="b", **options)(noop)  # type: ignore[call-overload]
-        return saga.version
+        return saga.fingerprint
 
     assert build() != build(pivot=True)
     assert build() != build(after=())
+
+
+def test_fingerprint_changes_with_step_order() -> None:
+    def build(*names: str) -> str:
+        saga = fresh()
+        for name in names:
+            saga.step(name=name)(noop)
+        return saga.fingerprint
+
+    assert build("a", "b") != build("b", "a")
+
+
+def test_a_version_is_a_whole_number_from_one() -> None:
+    assert fresh().version == 1
+    for bad in (0, -1, True, "2", 1.5):
+        with pytest.raises(DefinitionError, match="version must be a whole number from 1"):
+            fresh(version=bad)  # type: ignore[arg-type]

@@ -84,7 +84,7 @@ def test_memory_url_opens_an_in_memory_store() -> None:
     opened = open_store("memory://")
     assert isinstance(opened, InMemorySagaStore)
     assert opened.url == "memory://"
-    assert opened.schema_version() == 1
+    assert opened.schema_version() == "memory"
 
 
 def test_create_stamps_times_and_lease_from_its_clock(store: InMemorySagaStore) -> None:

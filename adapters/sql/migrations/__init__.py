@@ -1,0 +1,1 @@
+"""saga's Alembic migrations, run by :mod:`saga.adapters.sql.migrate` (no alembic.ini)."""

@@ -1,0 +1,92 @@
+"""Several versions of one saga side by side.
+
+A new run takes the newest version registered; an instance is resumed, compensated
+and recovered by the version it started with, as long as that version is registered
+with the same fingerprint (step names, order, dependencies, kinds). An instance whose
+version is gone, or was edited in place, is refused with what to do.
+"""
+
+from __future__ import annotations
+
+from saga.definition import Saga, defined_versions
+from saga.errors import DefinitionError
+from saga.ports import SagaRecord
+
+
+class Registry:
+    """The definitions a coordinator registered, by name and version."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, dict[int, Saga]] = {}
+
+    def add(self, saga: Saga) -> None:
+        self._by_name.setdefault(saga.name, {})[saga.version] = saga
+
+    def holds(self, saga: Saga) -> bool:
+        return self.get(saga.name, saga.version) is saga
+
+    def get(self, name: str, version: int) -> Saga | None:
+        return self._by_name.get(name, {}).get(version)
+
+    def newest(self, name: str) -> Saga | None:
+        versions = self._by_name.get(name)
+        return versions[max(versions)] if versions else None
+
+    def versions(self, name: str) -> list[int]:
+        return sorted(self._by_name.get(name, {}))
+
+    def names(self) -> list[str]:
+        return sorted(self._by_name)
+
+
+def record_version(record: SagaRecord) -> int:
+    """The declared version an instance started with (1 for rows written before versions)."""
+    try:
+        return int(record.version) if record.version is not None else 1
+    except ValueError:  # not a number: a corrupt row, reported by name and version
+        return 0
+
+
+def started_with(record: SagaRecord, saga: Saga | None, known: list[int]) -> Saga:
+    """``saga`` if it is the definition ``record`` started with; refuse otherwise.
+
+    ``saga`` is the registered definition of the record's name and version, or None;
+    ``known`` are the versions of that name this process has.
+    """
+    version = record_version(record)
+    if saga is None:
+        raise DefinitionError(f"saga {record.id} {missing(record.name, version, known)}")
+    if record.fingerprint is not None and record.fingerprint != saga.fingerprint:
+        raise DefinitionError(
+            f"saga {record.id} ({record.name!r}) started with definition version {version} "
+            f"(fingerprint {record.fingerprint}) but this process's version {version} has "
+            f"fingerprint {saga.fingerprint}: its steps changed in place. Restore version "
+            f"{version} as it was and declare the change as a new version (see "
+            "docs/upgrading.md), or compensate the saga"
+        )
+    return saga
+
+
+def missing(name: str, version: int, known: list[int]) -> str:
+    """Why a saga of ``name`` started with ``version`` cannot go on here, and what to do."""
+    has = ", ".join(f"v{v}" for v in known) or "none"
+    return (
+        f"({name!r}) started with definition version {version}, which this process does "
+        f"not have (it has {has}); deploy the code that defines {name!r} version {version} "
+        "beside the newer one until its instances finish (`saga db check --app ...` lists them)"
+    )
+
+
+def lookup(registry: Registry, record: SagaRecord) -> tuple[Saga | None, list[int]]:
+    """The definition for ``record``: registered, else defined in this process; and the
+    versions of its name known here."""
+    version = record_version(record)
+    saga = registry.get(record.name, version)
+    if saga is None:
+        saga = next((s for s in defined_versions(record.name) if s.version == version), None)
+    known = sorted(set(registry.versions(record.name)) | _defined(record.name))
+    return saga, known
+
+
+def _defined(name: str) -> set[int]:
+    return {saga.version for saga in defined_versions(name)}
