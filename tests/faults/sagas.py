@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, MetaData, String, Table, create_engine, delete, insert
+from sqlalchemy import Column, MetaData, String, Table, delete, insert
 from sqlalchemy.pool import NullPool
 
 from saga import RetryPolicy, Saga, StepContext, current_step
+from tests import postgres
 from tests.crash import ledger
 
 HOLD_LIMIT = 60.0
@@ -166,7 +167,7 @@ effects = Table(
 
 
 def create_effects_table(url: str) -> None:
-    engine = create_engine(url, poolclass=NullPool)
+    engine = postgres.engine(url, poolclass=NullPool)
     try:
         metadata.create_all(engine)
     finally:
@@ -175,7 +176,7 @@ def create_effects_table(url: str) -> None:
 
 def count_effects(url: str) -> dict[str, int]:
     """How many ``fault_effects`` rows each saga has."""
-    engine = create_engine(url, poolclass=NullPool)
+    engine = postgres.engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             rows = connection.execute(effects.select()).all()
