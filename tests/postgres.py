@@ -165,6 +165,18 @@ def isolated_schema(url: str) -> Iterator[str]:
             connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
+def empty_database(url: str) -> None:
+    """Drop everything in ``url``'s database (its public schema), first ending every
+    session on it: a killed test's leftovers, PgBouncer's idle server connections."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        connection.execute("DROP SCHEMA IF EXISTS public CASCADE")
+        connection.execute("CREATE SCHEMA public")
+
+
 @contextlib.contextmanager
 def isolated_database(url: str) -> Iterator[str]:
     """A fresh database (for server-wide counters such as xact_commit), dropped afterwards."""
