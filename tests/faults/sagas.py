@@ -121,6 +121,20 @@ EVOLVED = os.environ.get("SAGA_FAULTS_EVOLVED") == "1"
 """Set in a child process: it declares ``faults-evolving`` as a later release would."""
 
 
+def _pivoted() -> Saga:
+    saga = Saga("faults-pivot")
+    first = saga.step(name="s1", retry=FAST)(declared_action)
+    first.compensation(retry=FAST_UNDO)(declared_undo)
+    saga.step(name="s2", pivot=True, retry=FAST)(declared_action)
+    saga.step(name="s3", retriable=True)(declared_action)
+    return saga
+
+
+PIVOTED = _pivoted()
+"""s1 (compensatable) -> s2 (the pivot) -> s3 (retriable): once s2 may have acted,
+the saga only goes forward."""
+
+
 def _evolving() -> Saga:
     """s1 -> s2 -> s3; in the later release s1 -> s3 -> s2: the same names, reordered."""
     saga = _declare("faults-evolving", STEPS)
@@ -214,4 +228,4 @@ def undo_second(ctx: StepContext) -> None:
     undo(ctx.data, ctx)
 
 
-SAGAS = {saga.name: saga for saga in (PLAIN, UNWINDING, EVOLVING, TRANSACTIONAL)}
+SAGAS = {saga.name: saga for saga in (PLAIN, UNWINDING, EVOLVING, TRANSACTIONAL, PIVOTED)}
