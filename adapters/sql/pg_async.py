@@ -38,8 +38,9 @@ POOL_SIZE = 10
 class _Pool:
     """Autocommit async connections made on one event loop, at most ``size`` in use."""
 
-    def __init__(self, conninfo: str, size: int) -> None:
+    def __init__(self, conninfo: str, size: int, connect_args: dict[str, Any]) -> None:
         self.conninfo = conninfo
+        self.connect_args = connect_args
         self.loop = asyncio.get_running_loop()
         self.idle: list[psycopg.AsyncConnection[Any]] = []
         self.slots = asyncio.Semaphore(size)
@@ -58,7 +59,7 @@ class _Pool:
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
             return await psycopg.AsyncConnection.connect(
-                self.conninfo, autocommit=True, connect_timeout=5
+                self.conninfo, autocommit=True, **self.connect_args
             )
         except psycopg.Error as error:  # no connection to be had: server down, no database
             raise StorageUnavailableError(_first_line(error)) from error
@@ -88,6 +89,10 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         self.store = store
         url = store.engine.url.set(drivername="postgresql")
         self.conninfo = url.render_as_string(hide_password=False)
+        # The sync store's (connect_timeout, and prepare_threshold from the URL).
+        self.connect_args: dict[str, Any] = dict(
+            getattr(store.dialect, "connect_args", {"connect_timeout": 5})
+        )
         self.pool_size = pool_size
         self._pool: _Pool | None = None
 
@@ -155,7 +160,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         if self._pool is None or self._pool.loop is not loop:
             if self._pool is not None:
                 self._pool.abandon()
-            self._pool = _Pool(self.conninfo, self.pool_size)
+            self._pool = _Pool(self.conninfo, self.pool_size, self.connect_args)
         return self._pool
 
     async def _retried(self, work: Callable[[], Awaitable[T]]) -> T:

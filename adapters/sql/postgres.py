@@ -19,13 +19,41 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from saga.errors import StorageError, StorageUnavailableError
+from saga.errors import ConfigurationError, StorageError, StorageUnavailableError
 
 _SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
 SCHEMA_LOCK_SQL = f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})"
 """The lock, as the SQL ``saga db upgrade --sql`` prints for a DBA (a fixed number)."""
+
+
+PREPARE_OPTION = "prepare_threshold"
+"""The URL query option saga reads itself (libpq has no such parameter): psycopg's
+``prepare_threshold``, a whole number or ``none``. ``none`` turns prepared statements
+off, which PgBouncer's transaction pooling needs (see docs/operating.md)."""
+
+
+def connect_options(url: str) -> tuple[str, dict[str, Any]]:
+    """``url`` without saga's own query option, and psycopg's connect arguments."""
+    parsed = make_url(url)
+    args: dict[str, Any] = {"connect_timeout": 5}
+    raw = parsed.query.get(PREPARE_OPTION)
+    if raw is None:
+        return url, args
+    value = raw if isinstance(raw, str) else raw[-1]
+    if value.lower() == "none":
+        args[PREPARE_OPTION] = None
+    elif value.isdigit():
+        args[PREPARE_OPTION] = int(value)
+    else:
+        raise ConfigurationError(
+            f"{PREPARE_OPTION}={value!r} in the database URL: use a whole number, or 'none' "
+            "to turn prepared statements off (PgBouncer in transaction pooling mode)"
+        )
+    stripped = parsed.difference_update_query([PREPARE_OPTION])
+    return stripped.render_as_string(hide_password=False), args
 
 
 class PostgresDialect:
@@ -41,8 +69,11 @@ class PostgresDialect:
         self.pool: dict[str, Any] = {}
         if pool_size is not None:
             self.pool = {"pool_size": pool_size, "max_overflow": 0}
+        self.connect_args: dict[str, Any] = {"connect_timeout": 5}
+        """psycopg's connect arguments, from the URL (the async hot path uses them too)."""
 
     def create_engine(self, url: str) -> Engine:
+        url, self.connect_args = connect_options(url)
         # No pool_pre_ping: it would cost a round trip per transaction. A dead
         # connection fails the statement instead, SQLAlchemy invalidates the
         # pool, and the store's retry (which recognises its own earlier commit)
@@ -51,7 +82,7 @@ class PostgresDialect:
             url,
             # Bound values (user payloads) stay out of error messages.
             hide_parameters=True,
-            connect_args={"connect_timeout": 5},
+            connect_args=self.connect_args,
             **self.pool,
         )
 
@@ -59,13 +90,14 @@ class PostgresDialect:
         """Single-statement commits on their own autocommit pool (no BEGIN/COMMIT)."""
         from .pg_writer import PostgresHotPath
 
+        url, connect_args = connect_options(url)
         engine = create_engine(
             url,
             hide_parameters=True,
             isolation_level="AUTOCOMMIT",
             # Autocommit connections never hold a transaction: nothing to roll back.
             pool_reset_on_return=None,
-            connect_args={"connect_timeout": 5},
+            connect_args=connect_args,
             **self.pool,
         )
         return PostgresHotPath(engine)

@@ -30,5 +30,5 @@ def ledger_path(tmp_path: Path) -> str:
 @pytest.fixture
 def backend_url(request: pytest.FixtureRequest) -> str:
     """The URL of a fresh store on the backend the test is parametrised with."""
-    backend = request.param
-    return str(request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url"))
+    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "pgbouncer": "bouncer_url"}
+    return str(request.getfixturevalue(fixture[request.param]))

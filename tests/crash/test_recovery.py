@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from saga import Coordinator, SagaStatus
+from tests import pgbouncer
 from tests.crash import ledger
 from tests.crash.child import (
     LEASE_TTL,
@@ -70,6 +71,8 @@ _PG = pytest.mark.postgres
         ("sqlite", "context", "fault"),
         pytest.param("postgres", "declarative", "self", marks=_PG),
         pytest.param("postgres", "context", "fault", marks=_PG),
+        pytest.param("pgbouncer", "declarative", "self", marks=pgbouncer.MARKS),
+        pytest.param("pgbouncer", "context", "fault", marks=pgbouncer.MARKS),
     ],
     indirect=["backend_url"],
 )

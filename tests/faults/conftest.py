@@ -66,6 +66,9 @@ def fresh_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> I
             if backend == "sqlite":
                 return f"sqlite:///{tmp_path}/saga-{made}.db"
             server = str(request.getfixturevalue("postgres_server"))
+            if backend == "pgbouncer":  # PgBouncer does not pass a search_path on
+                bouncer = request.getfixturevalue("bouncer")
+                return str(bouncer.url(stack.enter_context(postgres.isolated_database(server))))
             return stack.enter_context(postgres.isolated_schema(server))
 
         yield make

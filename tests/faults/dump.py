@@ -8,9 +8,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from saga.adapters.sql import tables as t
-from sqlalchemy import Connection, Engine, create_engine, func, inspect, select, update
+from sqlalchemy import Connection, Engine, func, inspect, select, update
 from sqlalchemy.pool import NullPool
 
+from tests import postgres
 from tests.faults import figures
 
 Dump = dict[str, list[tuple[Any, ...]]]
@@ -26,7 +27,7 @@ _ORDER = {
 @contextmanager
 def connected(url: str) -> Iterator[Connection]:
     """One connection (in a transaction, committed at the end) to the saga database."""
-    engine: Engine = create_engine(url, poolclass=NullPool)
+    engine: Engine = postgres.engine(url, poolclass=NullPool)
     try:
         with engine.begin() as connection:
             yield connection

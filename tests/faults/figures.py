@@ -24,6 +24,7 @@ LABELS = {
     "lost acks": "commit acknowledgements lost (write committed, connection reported dropped)",
     "terminated backends": "PostgreSQL backends terminated by the chaos thread",
     "restarts": "PostgreSQL immediate stops and restarts",
+    "failovers": "PostgreSQL primaries killed with SIGKILL, synchronous standby promoted",
     "recoverer processes": "recoverer processes run concurrently",
     "hostile inputs": "hostile inputs refused (or stored verbatim, where valid)",
     "places checked for the password": "outputs checked for the DSN password",

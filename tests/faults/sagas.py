@@ -30,10 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Column, MetaData, String, Table, create_engine, delete, insert
+from sqlalchemy import Column, MetaData, String, Table, delete, insert
 from sqlalchemy.pool import NullPool
 
 from saga import RetryPolicy, Saga, StepContext, current_step
+from tests import postgres
 from tests.crash import ledger
 
 HOLD_LIMIT = 60.0
@@ -136,6 +137,20 @@ EVOLVED = os.environ.get("SAGA_FAULTS_EVOLVED") == "1"
 """Set in a child process: it declares ``faults-evolving`` as a later release would."""
 
 
+def _pivoted() -> Saga:
+    saga = Saga("faults-pivot")
+    first = saga.step(name="s1", retry=FAST)(declared_action)
+    first.compensation(retry=FAST_UNDO)(declared_undo)
+    saga.step(name="s2", pivot=True, retry=FAST)(declared_action)
+    saga.step(name="s3", retriable=True)(declared_action)
+    return saga
+
+
+PIVOTED = _pivoted()
+"""s1 (compensatable) -> s2 (the pivot) -> s3 (retriable): once s2 may have acted,
+the saga only goes forward."""
+
+
 def _evolving() -> Saga:
     """s1 -> s2 -> s3; in the later release s1 -> s3 -> s2: the same names, reordered."""
     saga = _declare("faults-evolving", STEPS)
@@ -182,7 +197,7 @@ effects = Table(
 
 
 def create_effects_table(url: str) -> None:
-    engine = create_engine(url, poolclass=NullPool)
+    engine = postgres.engine(url, poolclass=NullPool)
     try:
         metadata.create_all(engine)
     finally:
@@ -191,7 +206,7 @@ def create_effects_table(url: str) -> None:
 
 def count_effects(url: str) -> dict[str, int]:
     """How many ``fault_effects`` rows each saga has."""
-    engine = create_engine(url, poolclass=NullPool)
+    engine = postgres.engine(url, poolclass=NullPool)
     try:
         with engine.connect() as connection:
             rows = connection.execute(effects.select()).all()
@@ -229,4 +244,4 @@ def undo_second(ctx: StepContext) -> None:
     undo(ctx.data, ctx)
 
 
-SAGAS = {saga.name: saga for saga in (PLAIN, UNWINDING, EVOLVING, TRANSACTIONAL)}
+SAGAS = {saga.name: saga for saga in (PLAIN, UNWINDING, EVOLVING, TRANSACTIONAL, PIVOTED)}

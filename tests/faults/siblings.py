@@ -23,10 +23,11 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from sqlalchemy import Column, Integer, MetaData, String, Table, create_engine, insert, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select
 from sqlalchemy.pool import NullPool
 
 from saga import RetryPolicy, Saga, SagaStatus, StepContext, current_step
+from tests import postgres
 
 GATE_LIMIT = 30.0
 """A gated step gives up after this long (s), failing its saga with the gate's name."""
@@ -89,7 +90,7 @@ sibling = done.to_metadata(metadata, name="ack_sibling")
 
 
 def create_tables(url: str) -> None:
-    engine = create_engine(url, poolclass=NullPool)
+    engine = postgres.engine(url, poolclass=NullPool)
     try:
         metadata.create_all(engine)
     finally:
@@ -98,7 +99,7 @@ def create_tables(url: str) -> None:
 
 def rows(url: str, saga_id: str) -> dict[str, int]:
     """How many rows of the saga each table has (tables without any left out)."""
-    engine = create_engine(url, poolclass=NullPool)
+    engine = postgres.engine(url, poolclass=NullPool)
     counts: dict[str, int] = {}
     try:
         with engine.connect() as connection:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from saga import Coordinator, SagaFailed, SagaStatus, SagaView
+from tests import pgbouncer
 from tests.crash import ledger
 from tests.crash.child import Case, recover_until_settled
 from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
@@ -185,11 +186,19 @@ steps, both claims, cancel requests); every scenario on SQLite. Together within 
 
 def _params() -> list[Any]:
     everything = [pytest.param("sqlite", s, id=f"sqlite-{s.name}") for s in SCENARIOS]
-    return everything + [
-        pytest.param("postgres", s, id=f"postgres-{s.name}", marks=pytest.mark.postgres)
-        for s in SCENARIOS
-        if s.name in ON_POSTGRES
-    ]
+    return (
+        everything
+        + [
+            pytest.param("postgres", s, id=f"postgres-{s.name}", marks=pytest.mark.postgres)
+            for s in SCENARIOS
+            if s.name in ON_POSTGRES
+        ]
+        + [
+            pytest.param("pgbouncer", s, id=f"pgbouncer-{s.name}", marks=pgbouncer.MARKS)
+            for s in SCENARIOS
+            if s.name in ON_POSTGRES
+        ]
+    )
 
 
 @pytest.mark.parametrize(("backend", "scenario"), _params())

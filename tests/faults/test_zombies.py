@@ -33,6 +33,7 @@ import pytest
 
 from saga import Coordinator, SagaStatus, SagaView
 from saga.admin.recovery import LOST_REASON
+from tests import pgbouncer
 from tests.crash import ledger
 from tests.crash.harness import wait_until_claimable
 from tests.faults import figures, sagas, workload
@@ -85,7 +86,11 @@ def _recover_in_a_process(url: str, where: Path, name: str = "recoverer") -> dic
 
 @pytest.mark.parametrize(
     ("backend", "count"),
-    [("sqlite", 60), pytest.param("postgres", 200, marks=pytest.mark.postgres)],
+    [
+        ("sqlite", 60),
+        pytest.param("postgres", 200, marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", 100, marks=pgbouncer.MARKS),
+    ],
 )
 def test_four_recoverers_resume_each_expired_saga_exactly_once(
     backend: str, count: int, url: str, book: str, tmp_path: Path
@@ -167,7 +172,12 @@ def _no_effect_under_an_older_epoch(view: SagaView, coord: Coordinator, book: st
 
 
 @pytest.mark.parametrize(
-    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+    "backend",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=pgbouncer.MARKS),
+    ],
 )
 def test_a_zombie_owner_continued_after_a_takeover_writes_nothing(
     backend: str, url: str, book: str, tmp_path: Path

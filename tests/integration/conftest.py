@@ -23,6 +23,20 @@ def calls() -> Iterator[list[tuple[Any, ...]]]:
     steps.FAILURES.clear()
 
 
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=[pytest.mark.postgres, pytest.mark.pgbouncer]),
+    ]
+)
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each integration test runs on SQLite, on PostgreSQL, and on PostgreSQL through
+    PgBouncer in transaction pooling mode."""
+    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "pgbouncer": "bouncer_url"}
+    return str(request.getfixturevalue(fixture[request.param]))
+
+
 @pytest.fixture
 def make_coord(db_url: str) -> Iterator[MakeCoordinator]:
     """Coordinators on the test's database (another "process" each), closed afterwards."""
