@@ -30,6 +30,9 @@ class StepView:
     output_digest: str | None
     action: str | None
     compensation: str | None
+    args: Any = None
+    """A context-manager step's recorded arguments (``{"args": [...], "kwargs": {...}}``
+    as stored); None for a declarative step, which reads the saga's input."""
 
     @property
     def duration(self) -> float | None:
@@ -57,6 +60,8 @@ class SagaView:
     updated_at: float | None
     cancel_requested: bool
     steps: tuple[StepView, ...]
+    deadline: float | None = None
+    """When the saga must stop by (database clock, epoch seconds), if it has a deadline."""
 
     @property
     def results(self) -> dict[str, Any]:
@@ -87,6 +92,7 @@ def view_of(record: SagaRecord) -> SagaView:
         updated_at=record.updated_at,
         cancel_requested=record.cancel_requested,
         steps=tuple(_step_view(record.id, s) for s in record.steps),
+        deadline=record.deadline,
     )
 
 
@@ -107,6 +113,7 @@ def _step_view(saga_id: str, step: StepRecord) -> StepView:
         output_digest=step.output_digest,
         action=step.action_ref,
         compensation=step.compensation_ref,
+        args=_decoded(saga_id, f"arguments of step {step.name!r}", step.args),
     )
 
 

@@ -59,6 +59,7 @@ from saga.admin.reads import (
     list_sagas,
     saga_history,
     show_saga,
+    status_counts,
     timeline,
 )
 from saga.admin.recovery import (
@@ -129,6 +130,7 @@ __all__ = [
     "saga_summary",
     "schema_status",
     "show_saga",
+    "status_counts",
     "stuck_ids",
     "timeline",
     "total_duration",

@@ -26,6 +26,7 @@ def list_sagas(
     older_than: float | None = None,
     limit: int = 50,
     before: str | None = None,
+    key: str | None = None,
 ) -> SagaPage:
     """Sagas matching every filter given, newest first, at most ``limit``."""
     if limit < 1:
@@ -39,8 +40,15 @@ def list_sagas(
         stuck=stuck,
         before=before,
         older_than=older_than,
+        key=key,
     )
     return SagaPage(tuple(views), coord.store.now(), limit)
+
+
+def status_counts(coord: Coordinator) -> dict[SagaStatus, int]:
+    """How many sagas are in each status, every status listed (zero when none)."""
+    counts = coord.store.status_counts()
+    return {status: counts.get(status, 0) for status in SagaStatus}
 
 
 def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
