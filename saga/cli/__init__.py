@@ -15,6 +15,7 @@ The modules behind this one::
     render         tables and plain text for what the admin functions return
     commands_read  list, show, history, diff
     commands_ops   recover, the operator actions, worker, purge, db, demo
+    command_web    web: the web console (saga.web) served by uvicorn
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import typer
 # isort: off
 from saga.cli import commands_read  # noqa: F401
 from saga.cli import commands_ops  # noqa: F401
+from saga.cli import command_web  # noqa: F401
 
 # isort: on
 from saga.cli.options import app
