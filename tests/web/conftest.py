@@ -19,6 +19,9 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.wait import WebDriverWait
 
 from saga import Coordinator, SagaFailed, SagaStatus, admin
 from tests import postgres
@@ -40,6 +43,17 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(0.05)
+
+
+def navigate(browser: WebDriver, element: WebElement) -> None:
+    """Click ``element`` and wait until the page it leads to has replaced this one."""
+    browser.execute_script("window.sagaOldPage = true")  # gone once another page loaded
+    element.click()
+    WebDriverWait(browser, 30).until(
+        lambda b: b.execute_script(
+            "return window.sagaOldPage === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,15 +90,16 @@ def killed_child(url: str, tmp: Path) -> str:
         return record.id
 
 
-def in_doubt_saga(coord: Coordinator) -> str:
+def in_doubt_saga(coord: Coordinator, key: str = "doubt-1") -> str:
     """The pivot ``ship`` died on its only attempt; recovery gives it up, outcome unknown."""
     with pytest.raises(cli_steps.SimulatedCrash):
-        coord.run(cli_steps.ORDER, data=order(crash_at="ship"), key="doubt-1")
-    record = coord.store.find(cli_steps.ORDER.name, "doubt-1")
+        coord.run(cli_steps.ORDER, data=order(crash_at="ship"), key=key)
+    record = coord.store.find(cli_steps.ORDER.name, key)
     assert record is not None
     saga_id = record.id
     expire(coord, saga_id)
-    assert [o.status for o in coord.recover().outcomes] == [SagaStatus.FAILED]
+    admin.recover(coord, [saga_id])  # only this one: other tests' stuck sagas stay stuck
+    assert coord.get(saga_id).status is SagaStatus.FAILED
     return saga_id
 
 

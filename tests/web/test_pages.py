@@ -9,7 +9,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
 from tests.cli.conftest import REPO
-from tests.web.conftest import Server, World
+from tests.web.conftest import Server, World, navigate
 
 DOCS = REPO / "docs"
 
@@ -20,7 +20,9 @@ def open_page(browser: WebDriver, server: Server, path: str) -> None:
 
 
 def row_ids(browser: WebDriver) -> list[str]:
-    return [r.get_attribute("data-id") or "" for r in browser.find_elements(By.CSS_SELECTOR, "tr.saga")]
+    return [
+        r.get_attribute("data-id") or "" for r in browser.find_elements(By.CSS_SELECTOR, "tr.saga")
+    ]
 
 
 def bars(browser: WebDriver, lane: str, step: str | None = None) -> list[WebElement]:
@@ -80,18 +82,18 @@ def test_filters_narrow_the_list_and_paging_keeps_them(
 ) -> None:
     open_page(browser, read_only, "/")
     browser.find_element(By.CSS_SELECTOR, 'input[name="status"][value="failed"]').click()
-    browser.find_element(By.ID, "apply").click()
+    navigate(browser, browser.find_element(By.ID, "apply"))
     assert set(row_ids(browser)) == {world.failed, world.in_doubt}
     open_page(browser, read_only, "/")
     browser.find_element(By.NAME, "key").send_keys("flaky-1")
-    browser.find_element(By.ID, "apply").click()
+    navigate(browser, browser.find_element(By.ID, "apply"))
     assert row_ids(browser) == [world.compensated]
     open_page(browser, read_only, "/?stuck=1")
     assert row_ids(browser) == [world.stuck]
     open_page(browser, read_only, "/?status=completed&limit=1")
     seen = row_ids(browser)
     while browser.find_elements(By.ID, "next-page"):
-        browser.find_element(By.ID, "next-page").click()
+        navigate(browser, browser.find_element(By.ID, "next-page"))
         assert "status=completed" in browser.current_url and "limit=1" in browser.current_url
         seen += row_ids(browser)
     assert seen == [world.hostile, world.parallel, world.completed]
@@ -106,7 +108,7 @@ def test_a_retried_then_compensated_saga_draws_attempts_waits_and_the_turn(
     world: World, read_only: Server, browser: WebDriver
 ) -> None:
     open_page(browser, read_only, "/?key=flaky-1")
-    browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{world.compensated}"] a').click()
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, f'tr[data-id="{world.compensated}"] a'))
     assert browser.find_element(By.ID, "saga-id").text == world.compensated
     forward = [described(b) for b in bars(browser, "forward")]
     assert forward == [("book", "1", "ok"), ("pay", "1", "failed"), ("pay", "2", "failed"),
@@ -123,7 +125,9 @@ def test_a_retried_then_compensated_saga_draws_attempts_waits_and_the_turn(
     assert browser.find_element(By.ID, "comp-done").text == "2"
     assert browser.find_element(By.ID, "forward-done").text == "0"
     assert not browser.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
-    kinds = [r.get_attribute("data-kind") for r in browser.find_elements(By.CSS_SELECTOR, "tr.event")]
+    kinds = [
+        r.get_attribute("data-kind") for r in browser.find_elements(By.CSS_SELECTOR, "tr.event")
+    ]
     assert kinds.count("attempt_failed") == 2
     assert kinds[-1] == "saga_compensated"
     screenshot(browser, world, "web-saga.png")
@@ -135,7 +139,10 @@ def test_a_saga_whose_process_was_killed_shows_the_step_outcome_unknown(
     open_page(browser, read_only, f"/saga/{world.stuck}")
     assert browser.find_element(By.ID, "stuck")
     marker = browser.find_element(By.CSS_SELECTOR, '#timeline [data-marker="outcome-unknown"]')
-    assert (marker.get_attribute("data-step"), marker.get_attribute("data-lane")) == ("hang", "forward")
+    assert (marker.get_attribute("data-step"), marker.get_attribute("data-lane")) == (
+        "hang",
+        "forward",
+    )
     assert [described(b) for b in bars(browser, "forward")] == [
         ("prepare", "1", "ok"), ("hang", "1", "unknown")]  # fmt: skip
     refresh = browser.find_element(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
@@ -199,7 +206,7 @@ def test_the_diff_of_two_sagas_is_reachable_from_the_saga_page(
 ) -> None:
     open_page(browser, read_only, f"/saga/{world.completed}")
     browser.find_element(By.NAME, "right").send_keys(world.hostile)
-    browser.find_element(By.ID, "diff").click()
+    navigate(browser, browser.find_element(By.ID, "diff"))
     assert browser.find_element(By.ID, "same-input").text == "different input"
     rows = {
         r.get_attribute("data-step"): r.get_attribute("data-same-output")
@@ -221,4 +228,3 @@ def test_hostile_stored_text_renders_as_text(
     panel = browser.find_element(By.CSS_SELECTOR, 'details.step[data-step="reserve"]')
     panel.find_element(By.TAG_NAME, "summary").click()
     assert "<img src=x onerror=" in panel.text
-
