@@ -59,6 +59,7 @@ from saga.admin.reads import (
     list_sagas,
     saga_history,
     show_saga,
+    show_with_history,
     status_counts,
     timeline,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "saga_summary",
     "schema_status",
     "show_saga",
+    "show_with_history",
     "status_counts",
     "stuck_ids",
     "timeline",

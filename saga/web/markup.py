@@ -34,6 +34,8 @@ def text(value: object) -> str:
     """``value`` as HTML text: controls made visible, markup characters escaped."""
     if value is None:
         return "-"
+    if isinstance(value, int):
+        return str(value)  # nothing to escape in a number (the history has thousands)
     return html.escape(printable(str(value)), quote=True)
 
 

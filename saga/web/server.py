@@ -106,8 +106,7 @@ class Console:
 
     async def _saga(self, saga_id: str, extras: saga_page.Extras, status: int = 200) -> Response:
         def read() -> str:
-            detail = admin.show_saga(self.coord, saga_id)
-            history = admin.saga_history(self.coord, detail.saga.id)
+            detail, history = admin.show_with_history(self.coord, saga_id)
             verbs = [(v.name, v.label) for v in actions.VERBS.values()]
             shown = saga_page.Extras(verbs if self.allow_actions else None, *_messages(extras))
             return saga_page.saga_page(detail, history, shown)
