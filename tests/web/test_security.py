@@ -35,6 +35,15 @@ def test_it_refuses_to_listen_beyond_loopback_without_a_token(world: World) -> N
     assert "--host 0.0.0.0 is reachable from other machines: give --token" in line
 
 
+def test_a_short_token_or_a_bad_port_is_one_error_line(world: World) -> None:
+    short = run_saga("--db", world.url, "web", "--token", "abc", cwd=REPO)
+    assert short.returncode == 2
+    assert "--token must be at least 16 characters" in one_error_line(short.stderr)
+    port = run_saga("--db", world.url, "web", "--port", "70000", cwd=REPO)
+    assert port.returncode == 2
+    assert "--port 70000 is not a port number" in one_error_line(port.stderr)
+
+
 def test_with_a_token_every_request_must_carry_it(world: World, tmp_path: Path) -> None:
     env = {"SAGA_WEB_TOKEN": TOKEN}
     with serving(world.url, tmp_path / "web.log", "--host", "0.0.0.0", env=env) as server:
