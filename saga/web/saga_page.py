@@ -21,7 +21,7 @@ from saga.views import SagaView, StepView
 from saga.web import timeline
 from saga.web.markup import attr, json_block, page, table, text
 
-REFRESH_SECONDS = 3
+REFRESH_SECONDS = 5
 
 _UNDONE = (StepStatus.SUCCEEDED, StepStatus.RUNNING, StepStatus.IN_DOUBT)
 

@@ -221,9 +221,18 @@ def _filters(request: Request) -> Filters:
     )
 
 
+MAX_FORM_BYTES = 64 * 1024
+"""Our forms hold a name, a reason and a step: anything bigger is not one of them."""
+
+
 async def _form(request: Request) -> dict[str, str]:
     """A urlencoded form body (the only kind our pages send), last value of each field."""
-    body = (await request.body()).decode("utf-8", errors="replace")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_FORM_BYTES:
+            raise ConfigurationError(f"the form is larger than {MAX_FORM_BYTES} bytes")
+    body = raw.decode("utf-8", errors="replace")
     return {name: values[-1] for name, values in parse_qs(body, keep_blank_values=True).items()}
 
 

@@ -147,7 +147,7 @@ def test_a_saga_whose_process_was_killed_shows_the_step_outcome_unknown(
     assert [described(b) for b in bars(browser, "forward")] == [
         ("prepare", "1", "ok"), ("hang", "1", "unknown")]  # fmt: skip
     refresh = browser.find_element(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
-    assert refresh.get_attribute("content") == "3"  # live: it reloads itself
+    assert refresh.get_attribute("content") == "5"  # live: it reloads itself
 
 
 def test_a_pivot_given_up_in_doubt_is_marked_and_its_panel_says_so(

@@ -162,6 +162,7 @@ def test_the_app_mounts_under_a_prefix_of_another_app(world: World) -> None:
     assert f'href="saga/{world.completed}"' in listing.text
     assert page.status_code == 200
     assert world.completed in page.text
+    assert '<base href="/ops/sagas/">' in page.text  # rendered in a worker thread, too
 
 
 async def fetch(asgi: Starlette, paths: list[str]) -> list[httpx.Response]:
