@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from saga.admin import SagaDiff, human_duration, input_digest, total_duration
-from saga.views import SagaView, StepView
+from saga.views import StepView
 from saga.web.markup import attr, page, table, text
 
 
@@ -64,7 +64,3 @@ def error_page(message: str) -> str:
     return page(
         "error", f'<p class="error" id="error">{text(message)}</p><a href="./">all sagas</a>'
     )
-
-
-def saga_link(view: SagaView) -> str:
-    return f'<a href="saga/{view.id}">{view.id[:8]}</a>'

@@ -108,7 +108,8 @@ class Console:
         def read() -> str:
             detail, history = admin.show_with_history(self.coord, saga_id)
             verbs = [(v.name, v.label) for v in actions.VERBS.values()]
-            shown = saga_page.Extras(verbs if self.allow_actions else None, *_messages(extras))
+            offered = verbs if self.allow_actions else None
+            shown = saga_page.Extras(offered, extras.notice, extras.error)
             return saga_page.saga_page(detail, history, shown)
 
         return self.html(await run_in_threadpool(read), status)
@@ -199,10 +200,6 @@ class Console:
 
 class ReadOnly(Exception):  # noqa: N818 - a signal, not an error the user sees as such
     """An action was asked of a console started without ``--allow-actions``."""
-
-
-def _messages(extras: saga_page.Extras) -> tuple[str | None, str | None]:
-    return extras.notice, extras.error
 
 
 def _filters(request: Request) -> Filters:
