@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -37,6 +38,7 @@ def web_command(
     session = session_of(ctx)
     with reporting(session):
         console = _console(session, host, port, token, allow_actions)
+        _check_free(host, port)
         import uvicorn
 
         url = masked_url(session.coordinator().store.url)
@@ -72,3 +74,18 @@ def _console(
     return web_app(
         session.coordinator(), allow_actions=allow_actions, token=token or None, host=host
     )
+
+
+def _check_free(host: str, port: int) -> None:
+    """Fail with one line, before anything is printed, if the address cannot be bound."""
+    try:
+        for family, kind, proto, _, address in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM
+        ):
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+                probe.bind(address)
+    except OSError as error:
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port}: {error.strerror or error}; choose another --port"
+        ) from None

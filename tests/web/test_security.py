@@ -6,6 +6,7 @@ PostgreSQL role is enough to read everything; the app mounts under a prefix."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,13 @@ def test_a_short_token_or_a_bad_port_is_one_error_line(world: World) -> None:
     port = run_saga("--db", world.url, "web", "--port", "70000", cwd=REPO)
     assert port.returncode == 2
     assert "--port 70000 is not a port number" in one_error_line(port.stderr)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        number = str(taken.getsockname()[1])
+        busy = run_saga("--db", world.url, "web", "--port", number, cwd=REPO)
+    assert busy.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{number}" in one_error_line(busy.stderr)
 
 
 def test_with_a_token_every_request_must_carry_it(world: World, tmp_path: Path) -> None:
