@@ -14,6 +14,7 @@ concurrency between processes; use SQLite or PostgreSQL for that.
 from __future__ import annotations
 
 import builtins
+import collections
 import dataclasses
 import json
 import threading
@@ -255,6 +256,10 @@ class InMemorySagaStore:
             chosen.sort(key=lambda saga: (saga.created_at or 0.0, saga.id), reverse=True)
             return [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
 
+    def status_counts(self) -> dict[SagaStatus, int]:
+        with self._lock:
+            return dict(collections.Counter(row.saga.status for row in self._rows.values()))
+
     def events(self, saga_id: str) -> builtins.list[EventRecord]:  # list: the method
         with self._lock:
             return [e for e in self._events if e.saga_id == saga_id]
@@ -373,6 +378,8 @@ def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:
     if query.status and saga.status not in query.status:
         return False
     if query.name is not None and saga.name != query.name:
+        return False
+    if query.key is not None and saga.key != query.key:
         return False
     if query.stuck and not _stuck(saga, now):
         return False

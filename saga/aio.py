@@ -153,10 +153,11 @@ class AsyncCoordinator:
         stuck: bool = False,
         before: str | None = None,
         older_than: float | None = None,
+        key: str | None = None,
     ) -> list[SagaView]:
         return await asyncio.to_thread(
             lambda: self.sync.list(
-                status, name, limit, stuck=stuck, before=before, older_than=older_than
+                status, name, limit, stuck=stuck, before=before, older_than=older_than, key=key
             )
         )
 

@@ -120,10 +120,12 @@ class AsyncRunner:
         transaction that records its success (see ``Runner.transactional``).
         """
         # As in Runner.attempts: the first attempt outside tenacity, its error to tenacity.
+        began = time.monotonic()
         try:
             return await self._attempt(cursor, name, attempt, timeout, action, data, transactional)
         except Exception as error:
             first = error
+        took = time.monotonic() - began  # how long the attempt ran, apart from the wait after
         last_error = engine.describe(first)
         async for retry_state in policy.async_retrying(attempts_used=attempt - 1):
             with retry_state:
@@ -131,14 +133,15 @@ class AsyncRunner:
                 if number == attempt:
                     raise first
                 start = engine.start(cursor.record, _recorded(cursor.record, name), number)
-                events = engine.started_event(start, last_error)
+                events = engine.started_event(start, last_error, took)
                 await self._write_start(cursor, start, events)
+                began = time.monotonic()
                 try:
                     return await self._attempt(
                         cursor, name, number, timeout, action, data, transactional
                     )
                 except Exception as error:
-                    last_error = engine.describe(error)
+                    last_error, took = engine.describe(error), time.monotonic() - began
                     raise
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
 
@@ -241,10 +244,14 @@ class AsyncRunner:
     async def _undo_attempt(self, cursor: Undoing, step: StepRecord, undo: Action) -> bool:
         """One attempt of ``step``'s compensation; see ``Runner._undo_attempt``."""
         write, started = engine.undo_started(cursor.record, step.name)
-        events = [*engine.undo_attempt_failed(cursor.record, step.name, cursor.error), started]
+        events = [
+            *engine.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took),
+            started,
+        ]
         faults.point("before_undo", step.name)
         cursor.record = await self.write(cursor.record, [write], events)
         cursor.error = None
+        began = time.monotonic()
         context = self.sync._undo_context(cursor.record, step.name)
         try:
             if step.transactional:  # the undo and its record commit together
@@ -255,6 +262,7 @@ class AsyncRunner:
                 await call(undo, context, None, step.name)
         except Exception as error:
             cursor.error = engine.describe(error)  # written with the next attempt's start
+            cursor.took = time.monotonic() - began
             raise
         faults.point("after_undo_commit" if step.transactional else "after_undo", step.name)
         return step.transactional

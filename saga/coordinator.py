@@ -209,11 +209,13 @@ class Coordinator:
         stuck: bool = False,
         before: str | None = None,
         older_than: float | None = None,
+        key: str | None = None,
     ) -> list[SagaView]:
         """Sagas, newest first, at most ``limit`` of them."""
         query = ListQuery(
             status=_statuses(status),
             name=name,
+            key=key,
             stuck=stuck,
             before=before,
             older_than=older_than,

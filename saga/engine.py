@@ -231,13 +231,24 @@ def start(record: SagaRecord | None, template: StepRecord, attempt: int) -> Step
     return StepWrite(step, stamp="started")
 
 
-def started_event(write: StepWrite, previous_error: str | None = None) -> tuple[Event, ...]:
+def started_event(
+    write: StepWrite, previous_error: str | None = None, took: float | None = None
+) -> tuple[Event, ...]:
+    """The start of an attempt, after the failure of the one before (if it failed).
+
+    ``took`` is how long that failed attempt ran (measured on the worker's monotonic
+    clock): the failure is only recorded with the next start, after the retry wait,
+    and ``took`` is what tells the attempt from the wait on a timeline."""
     step = write.step
     started = Event("step_started", step.name, step.attempt)
     if previous_error is None:
         return (started,)
-    failed = Event("attempt_failed", step.name, step.attempt - 1, {"error": previous_error})
+    failed = Event("attempt_failed", step.name, step.attempt - 1, _failure(previous_error, took))
     return (failed, started)
+
+
+def _failure(error: str, took: float | None) -> dict[str, object]:
+    return {"error": error} if took is None else {"error": error, "took": round(took, 6)}
 
 
 def succeeded(record: SagaRecord, name: str, result: Encoded) -> tuple[StepWrite, Event]:
@@ -291,7 +302,7 @@ def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
 
 
 def undo_attempt_failed(
-    record: SagaRecord, name: str, previous_error: str | None
+    record: SagaRecord, name: str, previous_error: str | None, took: float | None = None
 ) -> tuple[Event, ...]:
     """The event of step ``name``'s last compensation attempt having failed with
     ``previous_error`` (none without one): written with the next attempt's start, as
@@ -299,7 +310,8 @@ def undo_attempt_failed(
     if previous_error is None:
         return ()
     attempt = _recorded(record, name).undo_attempt
-    return (Event("compensation_attempt_failed", name, attempt, {"error": previous_error}),)
+    detail = _failure(previous_error, took)
+    return (Event("compensation_attempt_failed", name, attempt, detail),)
 
 
 def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:

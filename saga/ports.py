@@ -199,6 +199,7 @@ class ListQuery:
 
     status: Sequence[SagaStatus] = ()
     name: str | None = None
+    key: str | None = None
     stuck: bool = False
     older_than: float | None = None
     before: str | None = None
@@ -284,6 +285,10 @@ class SagaStore(Protocol):
         ...
 
     def list(self, query: ListQuery) -> list[SagaRecord]: ...
+
+    def status_counts(self) -> dict[SagaStatus, int]:
+        """How many sagas there are in each status (statuses with none left out)."""
+        ...
 
     def events(self, saga_id: str) -> builtins.list[EventRecord]: ...  # list: the method
 

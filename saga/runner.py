@@ -12,6 +12,7 @@ import contextvars
 import dataclasses
 import inspect
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -160,10 +161,12 @@ class Runner:
         """
         # The first attempt runs outside tenacity, so that the usual case (it succeeds)
         # costs no retry machinery; its error is handed to tenacity, which decides.
+        began = time.monotonic()
         try:
             return self._attempt(cursor, name, attempt, timeout, action, data, transactional)
         except Exception as error:
             first = error
+        took = time.monotonic() - began  # how long the attempt ran, apart from the wait after
         last_error = engine.describe(first)
         for retry_state in policy.retrying(attempts_used=attempt - 1):
             with retry_state:
@@ -172,12 +175,13 @@ class Runner:
                     raise first
                 record = cursor.record
                 start = engine.start(record, _recorded(record, name), number)
-                events = engine.started_event(start, last_error)
+                events = engine.started_event(start, last_error, took)
                 cursor.record = self.write(record, [start], events)
+                began = time.monotonic()
                 try:
                     return self._attempt(cursor, name, number, timeout, action, data, transactional)
                 except Exception as error:
-                    last_error = engine.describe(error)
+                    last_error, took = engine.describe(error), time.monotonic() - began
                     raise
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
 
@@ -324,10 +328,14 @@ class Runner:
         the attempt before, if that one failed). True when the compensation is transactional:
         its "compensated" record then committed with its own writes."""
         write, started = engine.undo_started(cursor.record, step.name)
-        events = [*engine.undo_attempt_failed(cursor.record, step.name, cursor.error), started]
+        events = [
+            *engine.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took),
+            started,
+        ]
         faults.point("before_undo", step.name)
         cursor.record = self.write(cursor.record, [write], events)
         cursor.error = None
+        began = time.monotonic()
         context = self._undo_context(cursor.record, step.name)
         try:
             if step.transactional:  # the undo and its record commit together
@@ -336,6 +344,7 @@ class Runner:
                 _call(call, context, None, step.name)
         except Exception as error:
             cursor.error = engine.describe(error)  # written with the next attempt's start
+            cursor.took = time.monotonic() - began
             raise
         faults.point("after_undo_commit" if step.transactional else "after_undo", step.name)
         return step.transactional
@@ -385,6 +394,7 @@ class Undoing(Cursor):
     until the next attempt's start records it (as ``attempt_failed`` is for a step)."""
 
     error: str | None = None
+    took: float | None = None  # how long that attempt ran
 
 
 def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:

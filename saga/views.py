@@ -30,6 +30,9 @@ class StepView:
     output_digest: str | None
     action: str | None
     compensation: str | None
+    args: Any = None
+    """A context-manager step's recorded arguments (``{"args": [...], "kwargs": {...}}``
+    as stored); None for a declarative step, which reads the saga's input."""
 
     @property
     def duration(self) -> float | None:
@@ -61,6 +64,8 @@ class SagaView:
     """The definition version it started with (None: a context-manager saga)."""
     fingerprint: str | None = None
     """That definition's fingerprint (step names, order, dependencies, kinds)."""
+    deadline: float | None = None
+    """When the saga must stop by (database clock, epoch seconds), if it has a deadline."""
 
     @property
     def results(self) -> dict[str, Any]:
@@ -93,6 +98,7 @@ def view_of(record: SagaRecord) -> SagaView:
         steps=tuple(_step_view(record.id, s) for s in record.steps),
         version=_version(record),
         fingerprint=record.fingerprint,
+        deadline=record.deadline,
     )
 
 
@@ -122,6 +128,7 @@ def _step_view(saga_id: str, step: StepRecord) -> StepView:
         output_digest=step.output_digest,
         action=step.action_ref,
         compensation=step.compensation_ref,
+        args=_decoded(saga_id, f"arguments of step {step.name!r}", step.args),
     )
 
 

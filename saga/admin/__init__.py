@@ -61,6 +61,8 @@ from saga.admin.reads import (
     list_sagas,
     saga_history,
     show_saga,
+    show_with_history,
+    status_counts,
     timeline,
 )
 from saga.admin.recovery import (
@@ -145,6 +147,8 @@ __all__ = [
     "saga_summary",
     "schema_status",
     "show_saga",
+    "show_with_history",
+    "status_counts",
     "stuck_ids",
     "timeline",
     "total_duration",

@@ -26,6 +26,7 @@ def list_sagas(
     older_than: float | None = None,
     limit: int = 50,
     before: str | None = None,
+    key: str | None = None,
 ) -> SagaPage:
     """Sagas matching every filter given, newest first, at most ``limit``."""
     if limit < 1:
@@ -39,12 +40,31 @@ def list_sagas(
         stuck=stuck,
         before=before,
         older_than=older_than,
+        key=key,
     )
     return SagaPage(tuple(views), coord.store.now(), limit)
 
 
+def status_counts(coord: Coordinator) -> dict[SagaStatus, int]:
+    """How many sagas are in each status, every status listed (zero when none)."""
+    counts = coord.store.status_counts()
+    return {status: counts.get(status, 0) for status in SagaStatus}
+
+
 def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
+    """The saga with what an operator needs to judge it (``saga show``)."""
+    return show_with_history(coord, saga_id)[0]
+
+
+def show_with_history(coord: Coordinator, saga_id: str) -> tuple[SagaDetail, Timeline]:
+    """``show_saga`` and ``saga_history`` together, reading the saga and its events once
+    (the web console's saga page shows both)."""
     view = get_saga(coord, saga_id)
+    events = coord.store.events(view.id)
+    return _detail(coord, view, events), Timeline(view, timeline(events))
+
+
+def _detail(coord: Coordinator, view: SagaView, events: Sequence[EventRecord]) -> SagaDetail:
     definition = definition_of(view)
     recorded = {s.name for s in view.steps}
     pending: tuple[str, ...] = ()
@@ -53,8 +73,7 @@ def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
         pending = tuple(s.name for s in definition.order() if s.name not in recorded)
         declared = (s.name for s in definition.steps if s.kind is StepKind.PIVOT)
         pivot = pivot or next(declared, None)
-    notes = undo_notes(coord.history(view.id))
-    return SagaDetail(view, coord.store.now(), pending, pivot, notes)
+    return SagaDetail(view, coord.store.now(), pending, pivot, undo_notes(events))
 
 
 def undo_notes(events: Sequence[EventRecord]) -> dict[str, str]:

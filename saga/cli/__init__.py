@@ -16,6 +16,7 @@ The modules behind this one::
     commands_read  list, show, history, diff
     commands_ops   recover, the operator actions, worker, purge, demo
     commands_db    db status, upgrade, downgrade: the schema's revision
+    command_web    web: the web console (saga.web) served by uvicorn
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import typer
 from saga.cli import commands_read  # noqa: F401
 from saga.cli import commands_ops  # noqa: F401
 from saga.cli import commands_db  # noqa: F401
+from saga.cli import command_web  # noqa: F401
 
 # isort: on
 from saga.cli.options import app

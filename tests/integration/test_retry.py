@@ -39,7 +39,14 @@ def test_retry_on_errors_are_retried_and_each_attempt_is_recorded(coord: Coordin
         ("step_succeeded", 3),
     ]
     failed = [e for e in coord.history(view.id) if e.kind == "attempt_failed"]
-    assert failed[0].detail == {"error": "ConnectionError: refused 1"}
+    assert failed[0].detail is not None
+    assert failed[0].detail["error"] == "ConnectionError: refused 1"
+    # How long the attempt ran: inside the window from its start to its failure's record
+    # (which comes after the retry wait), as a timeline needs to tell the two apart.
+    first_start = next(
+        e for e in coord.history(view.id) if e.kind == "step_started" and e.step == "call"
+    )
+    assert 0 <= failed[0].detail["took"] <= failed[0].at - first_start.at + 0.01
     assert_history_replays(coord, view.id)
 
 

@@ -1,0 +1,264 @@
+"""The ASGI application: routes, the token and CSRF checks, errors as one line.
+
+Every page is a read through :mod:`saga.admin`, run in a worker thread (the
+coordinator is synchronous). GET never changes anything; the actions are
+POSTs, offered only when the console was started with them allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from urllib.parse import parse_qs, urlsplit
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from saga import admin
+from saga.cli.session import explain, scrub
+from saga.coordinator import Coordinator
+from saga.errors import (
+    ConfigurationError,
+    SagaError,
+    StorageUnavailableError,
+    UnknownSagaError,
+)
+from saga.web import actions, saga_page
+from saga.web.list_page import Filters, list_page
+from saga.web.markup import ROOT
+from saga.web.pages import diff_page, error_page, login_page
+from saga.web.security import COOKIE, Guard, is_loopback
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+_HEADERS = {
+    # Pages hold no script of ours that needs more than inline styles; nothing may frame them.
+    "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; img-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'self'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+
+
+class Console:
+    """The routes' shared state: the coordinator, what is allowed, the guard."""
+
+    def __init__(
+        self, coord: Coordinator, *, allow_actions: bool, token: str | None, host: str | None
+    ) -> None:
+        self.coord = coord
+        self.allow_actions = allow_actions
+        self.guard = Guard(token)
+        self.host = host
+
+    def html(self, body: str, status: int = 200) -> HTMLResponse:
+        return HTMLResponse(body, status, headers=_HEADERS)
+
+    def failure(self, error: Exception) -> HTMLResponse:
+        """An error as the CLI's one line, with the status code that fits it."""
+        _, line = explain(error)
+        status = 500
+        if isinstance(error, UnknownSagaError):
+            status = 404
+        elif isinstance(error, ConfigurationError):
+            status = 400
+        elif isinstance(error, StorageUnavailableError):
+            status = 503
+        elif line.startswith("refused: "):
+            status = 409
+        return self.html(error_page(self.scrubbed(line)), status)
+
+    def scrubbed(self, line: str) -> str:
+        return " ".join(scrub(line, self.coord.store.url).split())
+
+    # -- pages ------------------------------------------------------------------------------
+
+    async def sagas(self, request: Request) -> Response:
+        filters = _filters(request)
+        counts = await run_in_threadpool(admin.status_counts, self.coord)
+        try:
+            result = await run_in_threadpool(self._page, filters, request)
+        except (ConfigurationError, UnknownSagaError) as error:
+            problem = self.scrubbed(explain(error)[1])
+            return self.html(list_page(None, counts, filters, problem), 400)
+        return self.html(list_page(result, counts, filters))
+
+    def _page(self, filters: Filters, request: Request) -> admin.SagaPage:
+        age = filters.age.strip()
+        return admin.list_sagas(
+            self.coord,
+            statuses=admin.parse_statuses(filters.statuses),
+            name=filters.name or None,
+            key=filters.key or None,
+            stuck=filters.stuck,
+            older_than=admin.parse_duration(age, "older than") if age else None,
+            limit=filters.limit,
+            before=request.query_params.get("before") or None,
+        )
+
+    async def saga(self, request: Request) -> Response:
+        done = request.query_params.get("done")
+        verb = actions.VERBS.get(done or "")
+        notice = f"{verb.name}: done, recorded as an operator action" if verb else None
+        return await self._saga(request.path_params["saga_id"], saga_page.Extras(notice=notice))
+
+    async def _saga(self, saga_id: str, extras: saga_page.Extras, status: int = 200) -> Response:
+        def read() -> str:
+            detail, history = admin.show_with_history(self.coord, saga_id)
+            verbs = [(v.name, v.label) for v in actions.VERBS.values()]
+            offered = verbs if self.allow_actions else None
+            shown = saga_page.Extras(offered, extras.notice, extras.error)
+            return saga_page.saga_page(detail, history, shown)
+
+        return self.html(await run_in_threadpool(read), status)
+
+    async def diff(self, request: Request) -> Response:
+        left = request.query_params.get("left", "")
+        right = request.query_params.get("right", "")
+        result = await run_in_threadpool(admin.diff_sagas, self.coord, left, right)
+        return self.html(diff_page(result))
+
+    # -- actions ----------------------------------------------------------------------------
+
+    async def confirm(self, request: Request) -> Response:
+        verb = self._verb(request)
+        view = await run_in_threadpool(admin.get_saga, self.coord, request.path_params["saga_id"])
+        return self.html(actions.confirm_page(view, verb, self.guard.csrf()))
+
+    async def act(self, request: Request) -> Response:
+        verb = self._verb(request)
+        form = await _form(request)
+        if not self.guard.csrf_ok(form.get("csrf", "")):
+            return self.html(error_page("the form is stale or forged (CSRF check); reload it"), 403)
+        saga_id = request.path_params["saga_id"]
+        client = request.client.host if request.client else None
+        try:
+            view = await run_in_threadpool(actions.perform, self.coord, verb, saga_id, form, client)
+        except SagaError as error:  # refused, or bad input: the saga page says why
+            extras = saga_page.Extras(error=self.scrubbed(explain(error)[1]))
+            status = 400 if isinstance(error, ConfigurationError) else 409
+            return await self._saga(saga_id, extras, status)
+        return RedirectResponse(
+            f"{ROOT.get()}/saga/{view.id}?done={verb.name}", 303, headers=_HEADERS
+        )
+
+    def _verb(self, request: Request) -> actions.Verb:
+        if not self.allow_actions:
+            raise ReadOnly
+        verb = actions.VERBS.get(request.path_params["verb"])
+        if verb is None:
+            raise ConfigurationError(
+                f"no action {request.path_params['verb']!r}; one of {', '.join(actions.VERBS)}"
+            )
+        return verb
+
+    # -- the token --------------------------------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self.html(login_page())
+        form = await _form(request)
+        if not self.guard.token_matches(form.get("token", "")):
+            return self.html(login_page("wrong token"), 401)
+        response = RedirectResponse(_local(form.get("next", "/")), 303, headers=_HEADERS)
+        if self.guard.token is not None:
+            response.set_cookie(
+                COOKIE, self.guard.session_value, httponly=True, samesite="strict", path="/"
+            )
+        return response
+
+    def gate(self, endpoint: Endpoint, *, public: bool = False) -> Endpoint:
+        """``endpoint`` behind the host and token checks (``public``: the host check only),
+        its errors made into pages."""
+
+        async def gated(request: Request) -> Response:
+            ROOT.set(request.scope.get("root_path", "").rstrip("/"))
+            if not self._host_ok(request):
+                return self.html(error_page("unexpected Host header"), 421)
+            if not public and not self.guard.admits(request):
+                return self.html(login_page(next_path=request.url.path), 401)
+            try:
+                return await endpoint(request)
+            except ReadOnly:
+                message = "read-only: start `saga web --allow-actions` to act on sagas from here"
+                return self.html(error_page(message), 403)
+            except Exception as error:  # noqa: BLE001 - every error becomes one line, never a trace
+                return self.failure(error)
+
+        return gated
+
+    def _host_ok(self, request: Request) -> bool:
+        """Without a token only local names are served: a page of another site whose
+        name resolves to 127.0.0.1 (DNS rebinding) must not read the sagas."""
+        if self.guard.token is not None:
+            return True
+        host = urlsplit(f"//{request.headers.get('host', '')}").hostname or ""
+        return is_loopback(host) or host == self.host
+
+
+class ReadOnly(Exception):  # noqa: N818 - a signal, not an error the user sees as such
+    """An action was asked of a console started without ``--allow-actions``."""
+
+
+def _filters(request: Request) -> Filters:
+    params = request.query_params
+    try:
+        limit = max(1, min(500, int(params.get("limit") or 50)))
+    except ValueError:
+        limit = 50
+    return Filters(
+        statuses=tuple(params.getlist("status")),
+        name=params.get("name", ""),
+        key=params.get("key", ""),
+        stuck=params.get("stuck") == "1",
+        age=params.get("age", ""),
+        limit=limit,
+    )
+
+
+MAX_FORM_BYTES = 64 * 1024
+"""Our forms hold a name, a reason and a step: anything bigger is not one of them."""
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A urlencoded form body (the only kind our pages send), last value of each field."""
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_FORM_BYTES:
+            raise ConfigurationError(f"the form is larger than {MAX_FORM_BYTES} bytes")
+    body = raw.decode("utf-8", errors="replace")
+    return {name: values[-1] for name, values in parse_qs(body, keep_blank_values=True).items()}
+
+
+def _local(path: str) -> str:
+    """Only a path on this site is followed after login (no open redirect)."""
+    return path if path.startswith("/") and not path.startswith("//") else "/"
+
+
+def app(
+    coord: Coordinator,
+    *,
+    allow_actions: bool = False,
+    token: str | None = None,
+    host: str | None = None,
+) -> Starlette:
+    """The web console over ``coord``, as an ASGI app to serve or mount.
+
+    Read-only unless ``allow_actions``. With ``token``, every request must
+    carry it (``Authorization: Bearer``, or the cookie the login form sets).
+    ``host`` is the address it is served on, accepted as a Host header.
+    """
+    console = Console(coord, allow_actions=allow_actions, token=token, host=host)
+    g = console.gate
+    routes = [
+        Route("/", g(console.sagas)),
+        Route("/saga/{saga_id}", g(console.saga)),
+        Route("/saga/{saga_id}/confirm/{verb}", g(console.confirm)),
+        Route("/saga/{saga_id}/action/{verb}", g(console.act), methods=["POST"]),
+        Route("/diff", g(console.diff)),
+        Route("/login", g(console.login, public=True), methods=["GET", "POST"]),
+    ]
+    return Starlette(routes=routes)

@@ -1,0 +1,264 @@
+"""The saga page's timeline: bars worked out from the history, then drawn as SVG.
+
+:func:`layout` is pure (events in, bars and markers out); :func:`svg` draws
+them. Forward attempts go in the upper lane and compensation attempts in the
+lower one; within a lane, steps that overlap in time (parallel steps) get rows
+of their own. Every drawn element carries ``data-`` attributes (step, lane,
+row, attempt, outcome) so that a reader, or a test, can tell what it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from saga.admin import IN_DOUBT, TimelineEntry, human_duration, is_stuck
+from saga.status import StepStatus
+from saga.views import SagaView
+from saga.web.markup import attr, text
+
+Lane = Literal["forward", "compensation"]
+_Scale = Callable[[float], float]
+
+_OPENS: dict[str, Lane] = {"step_started": "forward", "compensation_started": "compensation"}
+_CLOSES: dict[str, tuple[Lane, str]] = {
+    "step_succeeded": ("forward", "ok"),
+    "attempt_failed": ("forward", "failed"),
+    "step_failed": ("forward", "failed"),
+    "step_in_doubt": ("forward", "unknown"),
+    "compensation_done": ("compensation", "ok"),
+    "compensation_attempt_failed": ("compensation", "failed"),
+    "compensation_failed": ("compensation", "failed"),
+}
+
+
+@dataclasses.dataclass(slots=True)
+class Bar:
+    """One attempt of a step (``lane`` forward) or of its compensation."""
+
+    step: str
+    lane: Lane
+    attempt: int | None
+    start: float
+    end: float | None = None
+    outcome: str = "running"  # ok, failed, unknown (given up in doubt), running
+    row: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Layout:
+    """What the timeline shows, in seconds from the saga's first event."""
+
+    bars: tuple[Bar, ...]
+    span: float
+    turn: float | None  # when the saga turned to compensating
+    unknown: tuple[str, ...]  # steps that may have acted, outcome never learnt
+    rows: dict[Lane, int]
+
+
+def layout(view: SagaView, entries: Sequence[TimelineEntry], now: float) -> Layout:
+    """Bars for every attempt in ``entries``. An attempt nobody closed runs to ``now``
+    in a live saga; in a stuck one, to when its lease ran out (nobody worked after)."""
+    first = entries[0].event.at if entries else now
+    bars, turn = _bars(entries)
+    end = _end(view, entries, now, first)
+    gone = is_stuck(view, now) or view.status.is_terminal
+    for bar in bars:
+        if bar.end is None:
+            bar.end = max(bar.start, end)
+            if gone:
+                bar.outcome = "unknown"
+    rows: dict[Lane, int] = {
+        "forward": _pack([b for b in bars if b.lane == "forward"]),
+        "compensation": _pack([b for b in bars if b.lane == "compensation"]),
+    }
+    return Layout(tuple(bars), max(end, 1e-6), turn, _unknown(view, now), rows)
+
+
+def _end(view: SagaView, entries: Sequence[TimelineEntry], now: float, first: float) -> float:
+    last = entries[-1].offset if entries else 0.0
+    if view.status.is_terminal:
+        return last
+    if is_stuck(view, now) and view.lease_expires_at is not None:
+        return max(last, view.lease_expires_at - first)
+    return max(last, now - first)
+
+
+def _bars(entries: Sequence[TimelineEntry]) -> tuple[list[Bar], float | None]:
+    bars: list[Bar] = []
+    open_bars: dict[tuple[Lane, str], Bar] = {}
+    turn = None
+    for entry in entries:
+        event = entry.event
+        if event.kind == "saga_compensating" and turn is None:
+            turn = entry.offset
+        step = event.step
+        if step is None:
+            continue
+        if event.kind in _OPENS:
+            bar = Bar(step, _OPENS[event.kind], event.attempt, entry.offset)
+            open_bars[(bar.lane, step)] = bar
+            bars.append(bar)
+        elif event.kind in _CLOSES:
+            lane, outcome = _CLOSES[event.kind]
+            found = open_bars.pop((lane, step), None)
+            bar = found if found is not None else _point(bars, step, lane, entry)
+            if bar.end is None or outcome == "unknown":
+                bar.end, bar.outcome = _ended(bar, entry), outcome
+    return bars, turn
+
+
+def _ended(bar: Bar, entry: TimelineEntry) -> float:
+    """When an attempt ended. A failed attempt is recorded with the next one's start,
+    after the retry wait; its ``took`` (how long it ran) separates the two."""
+    took = (entry.event.detail or {}).get("took")
+    if isinstance(took, int | float) and entry.event.kind.endswith("attempt_failed"):
+        return min(entry.offset, bar.start + max(0.0, float(took)))
+    return entry.offset
+
+
+def _point(bars: list[Bar], step: str, lane: Lane, entry: TimelineEntry) -> Bar:
+    """A close with no open attempt: a mark by an operator, or nothing to undo."""
+    last = next((b for b in reversed(bars) if b.step == step and b.lane == lane), None)
+    if last is not None and entry.event.kind in ("step_failed", "step_in_doubt"):
+        return last  # the attempt's own close came first (attempt_failed)
+    bar = Bar(step, lane, entry.event.attempt, entry.offset)
+    bars.append(bar)
+    return bar
+
+
+def _pack(bars: list[Bar]) -> int:
+    """Give each step the first row where its span overlaps no other step's; rows used."""
+    spans: dict[str, list[float]] = {}
+    for bar in bars:
+        low, high = spans.setdefault(bar.step, [bar.start, bar.start])
+        spans[bar.step] = [min(low, bar.start), max(high, bar.end or bar.start)]
+    row_ends: list[float] = []
+    row_of: dict[str, int] = {}
+    for step, (low, high) in spans.items():  # in order of first start
+        row = next((i for i, ends in enumerate(row_ends) if ends <= low), len(row_ends))
+        if row == len(row_ends):
+            row_ends.append(high)
+        row_ends[row] = max(row_ends[row], high)
+        row_of[step] = row
+    for bar in bars:
+        bar.row = row_of[bar.step]
+    return len(row_ends)
+
+
+def _unknown(view: SagaView, now: float) -> tuple[str, ...]:
+    """Steps that may have acted with nobody knowing: given up in doubt, or left
+    running (or compensating) by a process that is gone."""
+    stuck = is_stuck(view, now) or view.status.is_terminal
+    return tuple(
+        s.name
+        for s in view.steps
+        if s.status is StepStatus.IN_DOUBT or (stuck and s.status in IN_DOUBT)
+    )
+
+
+# -- drawing ----------------------------------------------------------------------------------
+
+ROW, LABEL, PAD = 22, 110, 8
+_Row = Callable[["Bar"], float]
+
+
+def svg(lay: Layout) -> str:
+    """The layout as an inline SVG element."""
+    width = max(900, min(6000, 4 * len(lay.bars)))
+    forward_rows = max(1, lay.rows["forward"])
+    comp_top = PAD + forward_rows * ROW + 18
+    height = comp_top + max(1, lay.rows["compensation"]) * ROW + PAD + 14
+    scale = (width - LABEL - PAD) / lay.span
+
+    def x(offset: float) -> float:
+        return LABEL + offset * scale
+
+    def y(bar: Bar) -> float:
+        return (PAD if bar.lane == "forward" else comp_top) + bar.row * ROW
+
+    parts = [
+        f'<text class="lane-label" x="4" y="{PAD + 14}">forward</text>',
+        f'<text class="lane-label" x="4" y="{comp_top + 14}">compensation</text>',
+        f'<line x1="{LABEL}" x2="{width}" y1="{comp_top - 9}" y2="{comp_top - 9}" '
+        'stroke="#e3e5ea"/>',
+    ]
+    parts += _gaps(lay.bars, x, y)
+    parts += [_bar(bar, x, y) for bar in lay.bars]
+    if lay.turn is not None:
+        tx = x(lay.turn)
+        parts.append(
+            f'<line class="turn" data-marker="turn" x1="{tx:.1f}" x2="{tx:.1f}" y1="0" '
+            f'y2="{height}"><title>turned to compensating</title></line>'
+        )
+    parts += _unknown_marks(lay, x, y)
+    parts.append(
+        f'<text class="lane-label" x="{LABEL}" y="{height - 3}">0</text>'
+        f'<text class="lane-label" x="{width - 60}" y="{height - 3}">'
+        f"{text(human_duration(lay.span))}</text>"
+    )
+    return (
+        f'<svg class="timeline" id="timeline" xmlns="http://www.w3.org/2000/svg" '
+        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">{"".join(parts)}</svg>'
+    )
+
+
+def _bar(bar: Bar, x: _Scale, y: _Row) -> str:
+    left, right = x(bar.start), x(bar.end if bar.end is not None else bar.start)
+    lane = "comp " if bar.lane == "compensation" else ""
+    tip = f"{bar.step} {bar.lane} attempt {bar.attempt}: {bar.outcome}"
+    if bar.end is not None:
+        tip += f", {human_duration(bar.end - bar.start)}"
+    return (
+        f'<rect class="bar {lane}{bar.outcome}" data-step="{attr(bar.step)}" '
+        f'data-lane="{bar.lane}" data-row="{bar.row}" data-attempt="{attr(bar.attempt)}" '
+        f'data-outcome="{bar.outcome}" data-start="{bar.start:.6f}" x="{left:.1f}" '
+        f'y="{y(bar) + 3:.1f}" width="{max(2.0, right - left):.1f}" height="{ROW - 6}">'
+        f"<title>{text(tip)}</title></rect>{_label(bar, left, right, y(bar))}"
+    )
+
+
+def _label(bar: Bar, left: float, right: float, top: float) -> str:
+    """The step's name on its bar, when the bar is wide enough to hold some of it."""
+    room = int((right - left - 6) / 6.5)
+    if room < 3:
+        return ""
+    name = bar.step if len(bar.step) <= room else bar.step[: room - 1] + "…"
+    return (
+        f'<text class="bar-label" x="{left + 3:.1f}" y="{top + 15:.1f}" '
+        f'pointer-events="none">{text(name)}</text>'
+    )
+
+
+def _gaps(bars: Sequence[Bar], x: _Scale, y: _Row) -> list[str]:
+    """The wait between a failed attempt and the next one of the same step (the retry delay)."""
+    lines = []
+    previous: dict[tuple[Lane, str], Bar] = {}
+    for bar in bars:
+        before = previous.get((bar.lane, bar.step))
+        if before is not None and before.outcome == "failed" and before.end is not None:
+            mid = y(bar) + ROW / 2
+            lines.append(
+                f'<line class="gap" data-step="{attr(bar.step)}" data-lane="{bar.lane}" '
+                f'x1="{x(before.end):.1f}" x2="{x(bar.start):.1f}" y1="{mid:.1f}" y2="{mid:.1f}">'
+                f"<title>retry wait {text(human_duration(bar.start - before.end))}</title></line>"
+            )
+        previous[(bar.lane, bar.step)] = bar
+    return lines
+
+
+def _unknown_marks(lay: Layout, x: _Scale, y: _Row) -> list[str]:
+    marks = []
+    for name in lay.unknown:
+        bar = next((b for b in reversed(lay.bars) if b.step == name), None)
+        if bar is None:
+            continue
+        cx, cy = x(bar.end if bar.end is not None else bar.start) + 8, y(bar) + ROW / 2
+        marks.append(
+            f'<g class="marker" data-marker="outcome-unknown" data-step="{attr(name)}" '
+            f'data-lane="{bar.lane}"><circle class="unknown" cx="{cx:.1f}" cy="{cy:.1f}" r="7"/>'
+            f'<text x="{cx - 3:.1f}" y="{cy + 4:.1f}" font-size="11" fill="#c01c28">?</text>'
+            f"<title>outcome unknown: step {text(name)} may have acted</title></g>"
+        )
+    return marks

@@ -1,0 +1,130 @@
+"""Operator actions from the browser: offered only with ``--allow-actions``, confirmed
+with a reason, recorded as the CLI records them (plus "web" and the person), refused
+with the CLI's own line; without the flag nothing is offered and a POST changes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+from saga import Coordinator, SagaStatus
+from tests.cli.conftest import REPO, crashed, run_saga
+from tests.web.conftest import APPS, Server, World, in_doubt_saga, navigate, serving
+
+
+@pytest.fixture(scope="module")
+def acting(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    log = tmp_path_factory.mktemp("log") / "web-actions.log"
+    with serving(world.url, log, "--allow-actions") as server:
+        yield server
+
+
+@pytest.fixture
+def coord(world: World) -> Iterator[Coordinator]:
+    with contextlib.closing(Coordinator(world.url, lease_ttl=5.0)) as coordinator:
+        yield coordinator
+
+
+def operator_events(coord: Coordinator, saga_id: str) -> list[dict[str, Any]]:
+    return [e.detail or {} for e in coord.history(saga_id) if e.kind == "operator_action"]
+
+
+def confirm(browser: WebDriver, server: Server, saga_id: str, verb: str, reason: str) -> None:
+    """Open the saga, choose ``verb``, and confirm it as "ann" with ``reason``."""
+    browser.get(f"{server.base}/saga/{saga_id}")
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, f'#actions a[data-verb="{verb}"]'))
+    browser.find_element(By.ID, "operator").send_keys("ann")
+    browser.find_element(By.ID, "reason").send_keys(reason)
+    navigate(browser, browser.find_element(By.ID, "confirm"))
+
+
+def test_cancel_is_confirmed_and_recorded_with_web_the_person_and_the_reason(
+    world: World, acting: Server, browser: WebDriver, coord: Coordinator
+) -> None:
+    saga_id = crashed(coord)  # a stuck saga of this test's own
+    confirm(browser, acting, saga_id, "cancel", "customer called to cancel")
+    assert browser.find_element(By.ID, "notice").text.startswith("cancel: done")
+    assert browser.find_element(By.ID, "status").text == "cancelled"
+    assert coord.get(saga_id).status is SagaStatus.CANCELLED
+    (event,) = operator_events(coord, saga_id)
+    assert event["action"] == "cancel"
+    assert (event["source"], event["by"], event["reason"]) == (
+        "web", "ann", "customer called to cancel")  # fmt: skip
+    history = browser.find_elements(By.CSS_SELECTOR, 'tr.event[data-kind="operator_action"]')
+    assert "reason 'customer called to cancel'" in history[-1].text
+    assert "source 'web'" in history[-1].text
+
+
+def test_a_refused_action_shows_the_line_the_cli_prints_and_records_nothing(
+    world: World, acting: Server, browser: WebDriver, coord: Coordinator
+) -> None:
+    before = coord.history(world.completed)
+    confirm(browser, acting, world.completed, "compensate", "trying")
+    shown = browser.find_element(By.ID, "error").text
+    cli = run_saga("--db", world.url, *APPS, "compensate", world.completed, cwd=REPO)
+    assert cli.returncode == 1
+    assert shown == cli.stderr.strip().removeprefix("saga: error: ")
+    assert shown.startswith("refused: ")
+    assert coord.history(world.completed) == before
+
+
+def test_an_action_needs_a_reason_and_a_genuine_form(
+    world: World, acting: Server, coord: Coordinator
+) -> None:
+    saga_id = crashed(coord)
+    before = coord.history(saga_id)
+    with httpx.Client(base_url=acting.base) as client:
+        page = client.get(f"/saga/{saga_id}/confirm/cancel").text
+        match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+        assert match is not None
+        url = f"/saga/{saga_id}/action/cancel"
+        forged = client.post(url, data={"operator": "ann", "reason": "x", "csrf": "0" * 64})
+        assert forged.status_code == 403
+        silent = client.post(url, data={"operator": "ann", "reason": " ", "csrf": match[1]})
+        assert silent.status_code == 400
+        assert "a reason is required" in silent.text
+        by_get = client.get(url)
+        assert by_get.status_code == 405
+    assert coord.history(saga_id) == before
+
+
+def test_a_step_given_up_in_doubt_is_marked_from_the_browser_then_unwound(
+    world: World, acting: Server, browser: WebDriver, coord: Coordinator
+) -> None:
+    saga_id = in_doubt_saga(coord, "doubt-web")
+    browser.get(f"{acting.base}/saga/{saga_id}")
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, '#actions a[data-verb="mark-step"]'))
+    browser.find_element(By.CSS_SELECTOR, '#step option[value="ship"]').click()
+    browser.find_element(By.ID, "did-not-happen").click()
+    browser.find_element(By.ID, "operator").send_keys("ann")
+    browser.find_element(By.ID, "reason").send_keys("the carrier has no such parcel")
+    navigate(browser, browser.find_element(By.ID, "confirm"))
+    assert coord.get(saga_id).step("ship").status.value == "failed"
+    confirm(browser, acting, saga_id, "retry-compensation", "ship never happened")
+    assert browser.find_element(By.ID, "status").text == "compensated"
+    actions = [e["action"] for e in operator_events(coord, saga_id)]
+    assert actions == ["mark-step", "retry-compensation"]
+    assert all(e["source"] == "web" for e in operator_events(coord, saga_id))
+
+
+def test_read_only_offers_no_action_and_refuses_every_one(
+    world: World, read_only: Server, browser: WebDriver, coord: Coordinator
+) -> None:
+    saga_id = crashed(coord)
+    before = coord.history(saga_id)
+    browser.get(f"{read_only.base}/saga/{saga_id}")
+    assert browser.find_element(By.ID, "read-only")
+    assert browser.find_elements(By.CSS_SELECTOR, "[data-verb]") == []
+    browser.get(f"{read_only.base}/saga/{saga_id}/confirm/cancel")
+    assert "read-only" in browser.find_element(By.ID, "error").text
+    with httpx.Client(base_url=read_only.base) as client:
+        post = client.post(f"/saga/{saga_id}/action/cancel", data={"reason": "x"})
+        assert post.status_code == 403
+    assert coord.history(saga_id) == before

@@ -1,0 +1,179 @@
+"""The console's guards, against a real ``saga web`` process: it will not listen
+beyond loopback without a token, and then admits no request without it; the
+database password appears on no page and in no log line; a SELECT-only
+PostgreSQL role is enough to read everything; the app mounts under a prefix."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+import saga.web
+from saga import Coordinator
+from tests import postgres
+from tests.cli.conftest import REPO, one_error_line, run_saga
+from tests.web.conftest import Server, World, serving
+
+TOKEN = "t0ken-for-the-tests-0123456789"
+
+
+def test_it_refuses_to_listen_beyond_loopback_without_a_token(world: World) -> None:
+    result = run_saga("--db", world.url, "web", "--host", "0.0.0.0", "--port", "1", cwd=REPO)
+    assert result.returncode == 2
+    line = one_error_line(result.stderr)
+    assert "--host 0.0.0.0 is reachable from other machines: give --token" in line
+
+
+def test_a_short_token_or_a_bad_port_is_one_error_line(world: World) -> None:
+    short = run_saga("--db", world.url, "web", "--token", "abc", cwd=REPO)
+    assert short.returncode == 2
+    assert "--token must be at least 16 characters" in one_error_line(short.stderr)
+    port = run_saga("--db", world.url, "web", "--port", "70000", cwd=REPO)
+    assert port.returncode == 2
+    assert "--port 70000 is not a port number" in one_error_line(port.stderr)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        number = str(taken.getsockname()[1])
+        busy = run_saga("--db", world.url, "web", "--port", number, cwd=REPO)
+    assert busy.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{number}" in one_error_line(busy.stderr)
+
+
+def test_with_a_token_every_request_must_carry_it(world: World, tmp_path: Path) -> None:
+    env = {"SAGA_WEB_TOKEN": TOKEN}
+    with serving(world.url, tmp_path / "web.log", "--host", "0.0.0.0", env=env) as server:
+        page = f"/saga/{world.completed}"
+        with httpx.Client(base_url=server.base) as anonymous:
+            for path in ("/", page, f"/diff?left={world.completed}&right={world.failed}"):
+                refused = anonymous.get(path)
+                assert refused.status_code == 401
+                assert "cli-order" not in refused.text  # no saga shown, only the form
+                assert "Token required" in refused.text
+            wrong = anonymous.get("/", headers={"authorization": "Bearer not-the-token"})
+            assert wrong.status_code == 401
+            assert anonymous.post("/login", data={"token": "nope"}).status_code == 401
+        bearer = httpx.get(server.base + page, headers={"authorization": f"Bearer {TOKEN}"})
+        assert bearer.status_code == 200
+        assert world.completed in bearer.text
+        with httpx.Client(base_url=server.base) as browser_like:
+            login = browser_like.post("/login", data={"token": TOKEN, "next": page})
+            assert login.status_code == 303
+            assert login.headers["location"] == page
+            cookie = login.headers["set-cookie"]
+            assert "HttpOnly" in cookie
+            assert "SameSite=strict" in cookie or "samesite=strict" in cookie.lower()
+            assert TOKEN not in cookie
+            assert browser_like.get(page).status_code == 200
+
+
+def test_without_a_token_only_local_host_names_are_served(world: World, read_only: Server) -> None:
+    """A page of another site whose name resolves to 127.0.0.1 cannot read the sagas."""
+    rebound = httpx.get(read_only.base + "/", headers={"host": "attacker.example:8080"})
+    assert rebound.status_code == 421
+    assert world.completed not in rebound.text
+    assert httpx.get(read_only.base + "/").status_code == 200
+
+
+def with_password(url: str, password: str) -> str:
+    return make_url(url).set(password=password).render_as_string(hide_password=False)
+
+
+@pytest.mark.postgres
+def test_the_database_password_is_on_no_page_and_in_no_log_line(
+    postgres_server: str, tmp_path: Path
+) -> None:
+    secret = "s3cret-" + uuid.uuid4().hex[:8]  # trust auth: the server ignores it
+    with postgres.isolated_schema(postgres_server) as base:
+        url = with_password(base, secret)
+        with contextlib.closing(Coordinator(url)) as coord:
+            from tests.cli import steps
+
+            saga_id = coord.run(steps.ORDER, data={"sku": "A1", "amount": 1}, key="pw-1").id
+        with serving(url, tmp_path / "web.log", "--allow-actions") as server:
+            pages = [
+                httpx.get(server.base + path).text
+                for path in ("/", f"/saga/{saga_id}", "/saga/not-an-id", "/?age=soon",
+                             f"/saga/{saga_id}/confirm/cancel", f"/diff?left={saga_id}&right=x")
+            ]  # fmt: skip
+            log = server.stop()
+    assert "saga web: http://127.0.0.1" in log
+    assert "***" in log
+    for text in [*pages, log]:
+        assert secret not in text
+
+
+@pytest.fixture
+def select_only(postgres_server: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A schema with sagas in it, and a URL for a role that may only SELECT from it."""
+    from tests.web.conftest import build_world
+
+    with postgres.isolated_schema(postgres_server) as owner_url:
+        world = build_world(owner_url, tmp_path)
+        role = f"web_ro_{uuid.uuid4().hex[:8]}"
+        schema = make_url(owner_url).query["options"].removeprefix("-csearch_path=")  # type: ignore[union-attr]
+        with psycopg.connect(postgres.libpq_url(postgres_server), autocommit=True) as connection:
+            connection.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            connection.execute(
+                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                    sql.Identifier(schema), sql.Identifier(role)
+                )
+            )
+            connection.execute(
+                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
+                    sql.Identifier(schema), sql.Identifier(role)
+                )
+            )
+        try:
+            yield make_url(owner_url).set(username=role).render_as_string(False), world.stuck
+        finally:
+            with psycopg.connect(postgres.libpq_url(postgres_server), autocommit=True) as c:
+                c.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+                c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.mark.postgres
+def test_a_select_only_role_reads_every_page(select_only: tuple[str, str], tmp_path: Path) -> None:
+    url, stuck = select_only
+    with serving(url, tmp_path / "web.log") as server:
+        listing = httpx.get(server.base + "/")
+        assert listing.status_code == 200
+        assert stuck in listing.text
+        ids = [part.split('"')[0] for part in listing.text.split('data-id="')[1:]]
+        assert len(ids) == 8
+        for saga_id in ids:
+            assert httpx.get(f"{server.base}/saga/{saga_id}").status_code == 200
+        diff = httpx.get(f"{server.base}/diff?left={ids[0]}&right={ids[1]}")
+        assert diff.status_code == 200
+
+
+def test_the_app_mounts_under_a_prefix_of_another_app(world: World) -> None:
+    with contextlib.closing(Coordinator(world.url)) as coord:
+        outer = Starlette(routes=[Mount("/ops/sagas", app=saga.web.app(coord))])
+        listing, page = anyio.run(
+            fetch, outer, ["/ops/sagas/", f"/ops/sagas/saga/{world.completed}"]
+        )
+    assert listing.status_code == 200
+    assert '<base href="/ops/sagas/">' in listing.text
+    assert f'href="saga/{world.completed}"' in listing.text
+    assert page.status_code == 200
+    assert world.completed in page.text
+    assert '<base href="/ops/sagas/">' in page.text  # rendered in a worker thread, too
+
+
+async def fetch(asgi: Starlette, paths: list[str]) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=asgi)
+    async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
+        return [await client.get(path) for path in paths]
