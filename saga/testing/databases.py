@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import queue
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
+
+KEPT_TABLES = ("saga_schema_version",)
+"""Tables :class:`StorePool` keeps when it empties a schema for its next user."""
 
 ENV_URL = "SAGA_TEST_DATABASE_URL"
 """A PostgreSQL server for the tests (``postgresql+psycopg://user@host:port/db``)."""
@@ -15,6 +20,10 @@ ENV_URL = "SAGA_TEST_DATABASE_URL"
 def sqlalchemy_url(url: str) -> str:
     """``postgresql://`` spelled with the psycopg driver SQLAlchemy needs."""
     return url.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def _libpq(url: str) -> str:
+    return sqlalchemy_url(url).replace("postgresql+psycopg://", "postgresql://", 1)
 
 
 @contextlib.contextmanager
@@ -28,7 +37,7 @@ def fresh_store(server: str | None, directory: Path, name: str = "saga") -> Iter
     from psycopg import sql
 
     base = sqlalchemy_url(server)
-    libpq = base.replace("postgresql+psycopg://", "postgresql://", 1)
+    libpq = _libpq(server)
     schema = f"saga_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(libpq, autocommit=True) as connection:
         connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
@@ -38,3 +47,55 @@ def fresh_store(server: str | None, directory: Path, name: str = "saga") -> Iter
     finally:
         with psycopg.connect(libpq, autocommit=True) as connection:
             connection.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+class StorePool:
+    """Empty saga stores, one per case of a crash matrix.
+
+    SQLite: a new file each time. PostgreSQL: creating saga's tables costs
+    far more than a case (DDL, hundreds of milliseconds on a busy server), so
+    schemas are reused: once a case is done its schema is emptied (TRUNCATE
+    of every table but saga's schema version) and lent again, and all of them
+    are dropped by :meth:`close`. Tables a ``setup`` created survive, empty.
+    """
+
+    def __init__(self, server: str | None, directory: Path) -> None:
+        self.server = server
+        self.directory = directory
+        self._idle: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._stack = contextlib.ExitStack()
+
+    @contextlib.contextmanager
+    def store(self, name: str) -> Iterator[str]:
+        """An empty store for the block (``name`` names a SQLite file)."""
+        if not self.server:
+            yield f"sqlite:///{self.directory / name}.db"
+            return
+        try:
+            url = self._idle.get_nowait()
+        except queue.Empty:
+            url = self._stack.enter_context(fresh_store(self.server, self.directory))
+        try:
+            yield url
+        finally:
+            _empty(self.server, url)
+            self._idle.put(url)
+
+    def close(self) -> None:
+        """Drop every schema made."""
+        self._stack.close()
+
+
+def _empty(server: str, url: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    schema = url.rpartition("search_path%3D")[2]
+    with psycopg.connect(_libpq(server), autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchall()
+        tables = [sql.Identifier(schema, r[0]) for r in rows if r[0] not in KEPT_TABLES]
+        if tables:
+            statement: Any = sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE")
+            connection.execute(statement.format(sql.SQL(", ").join(tables)))

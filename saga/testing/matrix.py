@@ -11,11 +11,12 @@ saga must end in, and the caller's own ``check``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from saga.errors import ConfigurationError
 from saga.ports import EventRecord
 from saga.status import SagaStatus, StepKind
 from saga.testing import invariants
-from saga.testing.databases import ENV_URL, fresh_store
+from saga.testing.databases import ENV_URL, StorePool
 from saga.testing.forkserver import Ended, ForkPool, ForkServer
 from saga.testing.plan import Path as RunPath
 from saga.testing.plan import cases, specs
@@ -92,30 +93,48 @@ class CrashMatrix:
         store; ``check(view)`` or ``check(view, case)`` is your invariant, run after
         every case in which a saga was recorded.
         """
-        target = target_of(saga)
-        found = target.load()
-        spec = _Spec(
-            target,
-            data,
-            check,
-            setup,
-            tuple(trusted_modules),
-            timeout,
-            getattr(found, "on_crash", "resume"),
-            getattr(found, "max_concurrency", 1) == 1,
-        )
+        spec = _spec(saga, data, check, setup, trusted_modules, timeout)
         if "zombie" in modes and self.database is None:
             raise ConfigurationError(
                 "crash_matrix: the zombie mode needs PostgreSQL (a frozen process can hold "
                 f"a SQLite file's write lock); set ${ENV_URL} or --saga-database-url"
             )
-        with ThreadPoolExecutor(self.pool.size) as workers:
-            succeeding = self._probe(spec, None)
-            failing = _failing_steps(found, succeeding, fail)
-            paths = [succeeding, *workers.map(lambda step: self._probe(spec, step), failing)]
+        with self._stores(), ThreadPoolExecutor(self.pool.size) as workers:
+            paths = self._paths(spec, fail, workers)
             planned = [(next(self._numbers), c) for c in cases(paths, modes)]
             rows = workers.map(lambda nc: self._case(spec, *nc, _path_of(paths, nc[1])), planned)
-            return Report(target.ref, tuple(rows))
+            return Report(spec.target.ref, tuple(rows))
+
+    @contextlib.contextmanager
+    def _stores(self) -> Iterator[None]:
+        self.stores = StorePool(self.database, self.workdir)
+        try:
+            yield
+        finally:
+            self.stores.close()
+
+    def plan(
+        self,
+        saga: Saga | Callable[..., Any],
+        data: Any = None,
+        *,
+        modes: Sequence[str] = ("recover", "compensate"),
+        fail: Sequence[str] | None = None,
+        setup: Callable[[str], object] | None = None,
+    ) -> list[Case]:
+        """The cases a call with these arguments runs, in order, without running them
+        (only the probe runs that find the points)."""
+        spec = _spec(saga, data, None, setup, (), 60.0)
+        with self._stores(), ThreadPoolExecutor(self.pool.size) as workers:
+            return cases(self._paths(spec, fail, workers), modes)
+
+    def _paths(
+        self, spec: _Spec, fail: Sequence[str] | None, workers: ThreadPoolExecutor
+    ) -> list[RunPath]:
+        """The probe runs: the saga succeeding, then each chosen step failing."""
+        succeeding = self._probe(spec, None)
+        failing = _failing_steps(spec.target.load(), succeeding, fail)
+        return [succeeding, *workers.map(lambda step: self._probe(spec, step), failing)]
 
     # -- one run ----------------------------------------------------------------------------
 
@@ -137,7 +156,7 @@ class CrashMatrix:
         number = next(self._numbers)
         trace = self.workdir / f"probe-{number}.json"
         log = self.workdir / f"probe-{number}.log"
-        with fresh_store(self.database, self.workdir, f"probe-{number}") as url:
+        with self.stores.store(f"probe-{number}") as url:
             if spec.setup is not None:
                 spec.setup(url)
             args = self._args(spec, "run", url, failing, trace=str(trace))
@@ -151,7 +170,7 @@ class CrashMatrix:
 
     def _case(self, spec: _Spec, number: int, case: Case, path: RunPath) -> Row:
         log = self.workdir / f"case-{number}.log"
-        with fresh_store(self.database, self.workdir, f"case-{number}") as url:
+        with self.stores.store(f"case-{number}") as url:
             case = dataclasses.replace(case, url=url)
             if spec.setup is not None:
                 spec.setup(url)
@@ -193,6 +212,21 @@ def _wake(server: ForkServer, case: Case, pid: int) -> list[str]:
     if after != before:
         return [f"the zombie ({woke}) changed the saga after recovery finished it"]
     return []
+
+
+def _spec(
+    saga: Saga | Callable[..., Any],
+    data: Any,
+    check: Check | None,
+    setup: Callable[[str], object] | None,
+    trusted: Sequence[str],
+    timeout: float,
+) -> _Spec:
+    target = target_of(saga)
+    found = target.load()
+    on_crash = getattr(found, "on_crash", "resume")
+    ordered = getattr(found, "max_concurrency", 1) == 1
+    return _Spec(target, data, check, setup, tuple(trusted), timeout, on_crash, ordered)
 
 
 def _failing_steps(found: Any, ok: RunPath, chosen: Sequence[str] | None) -> list[str]:
