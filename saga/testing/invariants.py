@@ -5,8 +5,9 @@
 * it is terminal and did not give up (``completed``, ``compensated`` or
   ``cancelled``; ``failed`` means a compensation kept failing);
 * completed: every step succeeded and nothing was compensated;
-* compensated / cancelled: every compensatable step that may have acted is
-  compensated; a pivot, or a step after it, is never unwound;
+* compensated / cancelled: no compensatable step is left succeeded, running or
+  in doubt (each is compensated, skipped, or failed without a compensation);
+  a pivot, or a step after it, is never unwound;
 * no compensation started for a step that never started; compensations ran
   newest first;
 * the attempts are counted: one ``step_started`` per recorded attempt
@@ -29,7 +30,9 @@ from saga.views import SagaView, StepView
 
 FINAL = (SagaStatus.COMPLETED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
 _UNWOUND = (SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
-_NOT_ACTED = (StepStatus.SKIPPED, StepStatus.PENDING)
+_LEFT_ALONE = (StepStatus.COMPENSATED, StepStatus.SKIPPED, StepStatus.PENDING, StepStatus.FAILED)
+"""What a compensatable step of an unwound saga may be: undone, or never acted on record
+(a failed step has no result to undo unless it has a compensation, which then ran)."""
 
 
 def problems(saga: SagaView, events: Sequence[EventRecord], *, ordered: bool = True) -> list[str]:
@@ -45,17 +48,14 @@ def problems(saga: SagaView, events: Sequence[EventRecord], *, ordered: bool = T
 
 def _status_problems(saga: SagaView) -> list[str]:
     if saga.status not in FINAL:
-        what = "gave up (a compensation kept failing)" if saga.status is SagaStatus.FAILED else ""
-        return [f"saga ended {saga.status.value} {what}".strip()]
+        why = " (a compensation kept failing)" if saga.status is SagaStatus.FAILED else ""
+        return [f"saga ended {saga.status.value}{why}"]
     if saga.status is SagaStatus.COMPLETED:
         bad = [_state(s) for s in saga.steps if s.status is not StepStatus.SUCCEEDED]
         return [f"completed, yet steps {', '.join(bad)}"] if bad else []
     found = []
     for step in saga.steps:
-        if step.kind is StepKind.COMPENSATABLE and step.status not in (
-            StepStatus.COMPENSATED,
-            *_NOT_ACTED,
-        ):
+        if step.kind is StepKind.COMPENSATABLE and step.status not in _LEFT_ALONE:
             found.append(f"{saga.status.value}, yet step {_state(step)} was not compensated")
     return found
 

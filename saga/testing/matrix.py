@@ -296,7 +296,8 @@ def _user_check(check: Check | None, view: SagaView, case: Case) -> list[str]:
         else:
             check(view)
     except AssertionError as failed:
-        return [f"check: {failed}" if str(failed) else "check failed"]
+        message = str(failed).strip().splitlines()  # the first line: pytest's detail follows
+        return [f"check: {message[0]}" if message else "check failed"]
     except Exception as error:  # noqa: BLE001 (the check's own bug is reported in the row)
         return [f"check raised {type(error).__name__}: {error}"]
     return []

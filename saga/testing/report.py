@@ -31,7 +31,8 @@ class Case:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Row:
     """How one case ended: the saga's final status (``-``: nothing was recorded), what ran
-    (``reserve``, ``charge!`` failed, ``~charge`` compensated), and what went wrong."""
+    (``reserve``, ``charge!`` failed, ``~charge`` compensated; see :func:`what_ran`),
+    and what went wrong."""
 
     case: Case
     status: str
@@ -91,11 +92,13 @@ class Report:
 
 
 def what_ran(events: Sequence[EventRecord]) -> str:
-    """The story of a history in a few words: ``a b! ~b ~a``."""
-    marks = {"step_succeeded": "", "step_failed": "!", "compensation_done": "~"}
-    words = []
-    for event in events:
-        if event.kind in marks and event.step is not None:
-            mark = marks[event.kind]
-            words.append(f"~{event.step}" if mark == "~" else f"{event.step}{mark}")
+    """The story of a history in a few words: ``a b! ~b ~a`` (``~a!``: a's compensation
+    failed for good)."""
+    marks = {
+        "step_succeeded": "{}",
+        "step_failed": "{}!",
+        "compensation_done": "~{}",
+        "compensation_failed": "~{}!",
+    }
+    words = [marks[e.kind].format(e.step) for e in events if e.kind in marks and e.step is not None]
     return " ".join(words) or "-"
