@@ -50,7 +50,7 @@ def fresh_store(server: str | None, directory: Path, name: str = "saga") -> Iter
 
 
 class StorePool:
-    """Empty saga stores, one per case of a crash matrix.
+    """Empty saga stores, one per case of a crash matrix, each with a coordinator to read it.
 
     SQLite: a new file each time. PostgreSQL: creating saga's tables costs
     far more than a case (DDL, hundreds of milliseconds on a busy server), so
@@ -62,40 +62,69 @@ class StorePool:
     def __init__(self, server: str | None, directory: Path) -> None:
         self.server = server
         self.directory = directory
-        self._idle: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[Store] = queue.SimpleQueue()
         self._stack = contextlib.ExitStack()
 
     @contextlib.contextmanager
-    def store(self, name: str) -> Iterator[str]:
+    def store(self, name: str) -> Iterator[Store]:
         """An empty store for the block (``name`` names a SQLite file)."""
         if not self.server:
-            yield f"sqlite:///{self.directory / name}.db"
+            with contextlib.closing(Store(f"sqlite:///{self.directory / name}.db")) as store:
+                yield store
             return
         try:
-            url = self._idle.get_nowait()
+            store = self._idle.get_nowait()
         except queue.Empty:
             url = self._stack.enter_context(fresh_store(self.server, self.directory))
+            store = self._stack.enter_context(contextlib.closing(Store(url, self.server)))
         try:
-            yield url
+            yield store
         finally:
-            _empty(self.server, url)
-            self._idle.put(url)
+            store.empty()
+            self._idle.put(store)
 
     def close(self) -> None:
-        """Drop every schema made."""
+        """Close every store and drop every schema made."""
         self._stack.close()
 
 
-def _empty(server: str, url: str) -> None:
-    import psycopg
-    from psycopg import sql
+class Store:
+    """One store lent by :class:`StorePool`: its ``url`` and a ``coordinator`` that reads it."""
 
-    schema = url.rpartition("search_path%3D")[2]
-    with psycopg.connect(_libpq(server), autocommit=True) as connection:
-        rows = connection.execute(
+    def __init__(self, url: str, server: str | None = None) -> None:
+        self.url = url
+        self._server = server
+        self._coordinator: Any = None
+        self._connection: Any = None
+
+    @property
+    def coordinator(self) -> Any:
+        """A ``Coordinator`` on this store, made on first use and kept."""
+        if self._coordinator is None:
+            from saga.coordinator import Coordinator
+
+            self._coordinator = Coordinator(self.url)
+        return self._coordinator
+
+    def empty(self) -> None:
+        """Delete every row but saga's schema version (PostgreSQL stores only)."""
+        import psycopg
+        from psycopg import sql
+
+        assert self._server is not None
+        if self._connection is None:
+            self._connection = psycopg.connect(_libpq(self._server), autocommit=True)
+        schema = self.url.rpartition("search_path%3D")[2]
+        rows = self._connection.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = %s", (schema,)
         ).fetchall()
         tables = [sql.Identifier(schema, r[0]) for r in rows if r[0] not in KEPT_TABLES]
         if tables:
             statement: Any = sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE")
-            connection.execute(statement.format(sql.SQL(", ").join(tables)))
+            self._connection.execute(statement.format(sql.SQL(", ").join(tables)))
+
+    def close(self) -> None:
+        if self._coordinator is not None:
+            self._coordinator.close()
+        if self._connection is not None:
+            self._connection.close()

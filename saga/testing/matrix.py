@@ -21,13 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.errors import ConfigurationError
 from saga.ports import EventRecord
 from saga.status import SagaStatus, StepKind
 from saga.testing import invariants
-from saga.testing.databases import ENV_URL, StorePool
+from saga.testing.databases import ENV_URL, Store, StorePool
 from saga.testing.forkserver import Ended, ForkPool, ForkServer
 from saga.testing.plan import Path as RunPath
 from saga.testing.plan import cases, specs
@@ -156,7 +155,8 @@ class CrashMatrix:
         number = next(self._numbers)
         trace = self.workdir / f"probe-{number}.json"
         log = self.workdir / f"probe-{number}.log"
-        with self.stores.store(f"probe-{number}") as url:
+        with self.stores.store(f"probe-{number}") as store:
+            url = store.url
             if spec.setup is not None:
                 spec.setup(url)
             args = self._args(spec, "run", url, failing, trace=str(trace))
@@ -170,20 +170,20 @@ class CrashMatrix:
 
     def _case(self, spec: _Spec, number: int, case: Case, path: RunPath) -> Row:
         log = self.workdir / f"case-{number}.log"
-        with self.stores.store(f"case-{number}") as url:
-            case = dataclasses.replace(case, url=url)
+        with self.stores.store(f"case-{number}") as store:
+            case = dataclasses.replace(case, url=store.url)
             if spec.setup is not None:
-                spec.setup(url)
+                spec.setup(store.url)
             with self.pool.server() as server:
-                problems, crashed = self._crash_and_recover(server, spec, case, log)
-            state = _read(url)
+                problems, crashed = self._crash_and_recover(server, spec, case, store, log)
+            state = _read(store)
             if crashed is not None or not problems:
                 problems += _judge(spec, case, path, crashed, state)
         status = "-" if state.saga is None else state.saga.status.value
         return Row(case, status, what_ran(state.events), tuple(problems))
 
     def _crash_and_recover(
-        self, server: ForkServer, spec: _Spec, case: Case, log: Path
+        self, server: ForkServer, spec: _Spec, case: Case, store: Store, log: Path
     ) -> tuple[list[str], SagaView | None]:
         """Kill (or freeze) the saga at the case's point and recover it; what went wrong,
         and the saga as the dead process left it."""
@@ -193,22 +193,22 @@ class CrashMatrix:
         reached = ended.stopped is not None if zombie else ended.killed
         if not reached:
             return [f"the process never reached {case.point} ({ended}): {_tail(log, 3)}"], None
-        crashed = _read(case.url).saga
+        crashed = _read(store).saga
         recover = self._args(
             spec, "recover", case.url, case.failing, compensate=case.mode == "compensate"
         )
         recovered = server.call(ENTRY, recover, log, kill_after=spec.timeout + 10)
         problems = [] if recovered.code == 0 else [f"recovery {recovered}: {_tail(log, 3)}"]
         if zombie and ended.stopped is not None:
-            problems += _wake(server, case, ended.stopped)
+            problems += _wake(server, store, ended.stopped)
         return problems, crashed
 
 
-def _wake(server: ForkServer, case: Case, pid: int) -> list[str]:
+def _wake(server: ForkServer, store: Store, pid: int) -> list[str]:
     """Continue the frozen owner once recovery finished its saga: it must change nothing."""
-    before = _read(case.url)
+    before = _read(store)
     woke: Ended = server.resume(pid)
-    after = _read(case.url)
+    after = _read(store)
     if after != before:
         return [f"the zombie ({woke}) changed the saga after recovery finished it"]
     return []
@@ -242,12 +242,12 @@ def _path_of(paths: Sequence[RunPath], case: Case) -> RunPath:
     return next(p for p in paths if p.failing == case.failing)
 
 
-def _read(url: str) -> _State:
-    with Coordinator(url) as coord:
-        sagas = coord.list(limit=2)
-        if not sagas:
-            return _State(None, ())
-        return _State(sagas[0], tuple(coord.history(sagas[0].id)))
+def _read(store: Store) -> _State:
+    coord = store.coordinator
+    sagas = coord.list(limit=2)
+    if not sagas:
+        return _State(None, ())
+    return _State(sagas[0], tuple(coord.history(sagas[0].id)))
 
 
 def _judge(
