@@ -76,7 +76,8 @@ def test_money_transfer_conserves_money(
         if view.status is SagaStatus.COMPLETED:
             assert (debited, refunded, moved) == (-10, 0, 10), (debited, refunded, moved)
         else:
-            assert debited + refunded == 0 and moved == 0, (debited, refunded, moved)
+            assert debited + refunded == 0, (debited, refunded)
+            assert moved == 0, moved
 
     data: dict[str, Any] = {"from": "A-1", "to": "B-1", "amount": 10, "bank_b": bank_b}
     report = crash_matrix(bank.transfer, data=data, check=conserved, setup=open_banks)
