@@ -101,7 +101,9 @@ class CrashMatrix:
         with self._stores(), ThreadPoolExecutor(self.pool.size) as workers:
             paths = self._paths(spec, fail, workers)
             planned = [(next(self._numbers), c) for c in cases(paths, modes)]
-            rows = workers.map(lambda nc: self._case(spec, *nc, _path_of(paths, nc[1])), planned)
+            rows = workers.map(
+                lambda nc: self._case(spec, nc[0], nc[1], _path_of(paths, nc[1])), planned
+            )
             return Report(spec.target.ref, tuple(rows))
 
     @contextlib.contextmanager
