@@ -4,6 +4,7 @@ context-manager saga), found again by import path in a child process; and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -11,7 +12,7 @@ import importlib
 import inspect
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from types import ModuleType
 from typing import Any, Literal
 
@@ -125,29 +126,41 @@ def fail_step(
         if times is None or injected.calls <= times:
             raise error if error is not None else StepFailure(f"{step} failed (fail_step)")
 
-    return _wrapped(saga, step, before)
+    async def before_async(injected: Injected) -> None:
+        before(injected)
+
+    return _wrapped(saga, step, before, before_async)
 
 
 def slow_step(
     saga: Saga | Callable[..., Any], step: str, *, seconds: float, times: int | None = None
 ) -> contextlib.AbstractContextManager[Injected]:
     """Make ``step`` take ``seconds`` longer on its first ``times`` calls (every call when
-    ``None``): for step timeouts, deadlines and leases. The same targets as :func:`fail_step`."""
+    ``None``): for step timeouts, deadlines and leases. The same targets as :func:`fail_step`;
+    a coroutine step awaits the delay (so a timeout can cancel it), a plain one sleeps."""
 
     def before(injected: Injected) -> None:
         if times is None or injected.calls <= times:
             time.sleep(seconds)  # the slowness under test, not a wait for something
 
-    return _wrapped(saga, step, before)
+    async def before_async(injected: Injected) -> None:
+        if times is None or injected.calls <= times:
+            await asyncio.sleep(seconds)
+
+    return _wrapped(saga, step, before, before_async)
+
+
+Before = Callable[[Injected], None]
+BeforeAsync = Callable[[Injected], Awaitable[None]]
 
 
 @contextlib.contextmanager
 def _wrapped(
-    saga: Saga | Callable[..., Any], step: str, before: Callable[[Injected], None]
+    saga: Saga | Callable[..., Any], step: str, before: Before, before_async: BeforeAsync
 ) -> Iterator[Injected]:
     injected = Injected(step)
     holder, attribute, original = _slot(saga, step)
-    setattr(holder, attribute, _wrapper(original, injected, before))
+    setattr(holder, attribute, _wrapper(original, injected, before, before_async))
     try:
         yield injected
     finally:
@@ -172,14 +185,14 @@ def _slot(saga: Saga | Callable[..., Any], step: str) -> tuple[Any, str, Callabl
 
 
 def _wrapper(
-    original: Callable[..., Any], injected: Injected, before: Callable[[Injected], None]
+    original: Callable[..., Any], injected: Injected, before: Before, before_async: BeforeAsync
 ) -> Callable[..., Any]:
     if inspect.iscoroutinefunction(original):
 
         @functools.wraps(original)
         async def misbehaving_async(*args: Any, **kwargs: Any) -> Any:
             injected.calls += 1
-            before(injected)
+            await before_async(injected)
             return await original(*args, **kwargs)
 
         return misbehaving_async

@@ -93,3 +93,14 @@ async def transfer_async(coord: AsyncCoordinator, data: dict[str, Any], key: str
     async with coord.saga("plugin-transfer-async", key=key) as s:
         await s.step(debit, data["from"], data["amount"], compensate=undebit)
         await s.step(credit, data["to"], data["amount"], compensate=uncredit)
+
+
+# -- async declarative: one coroutine step -----------------------------------------------------
+
+paid = Saga("plugin-async-pay")
+
+
+@paid.step()
+async def pay(ctx: StepContext) -> str:
+    book.apply("pay", ctx.idempotency_key)
+    return "paid"

@@ -159,3 +159,25 @@ def test_the_table_shows_the_failures_by_point() -> None:
     assert len(report.table(only_failures=False).splitlines()) == 4
     assert repr(report) == "<Report m:s: 1 of 2 cases failed>"
     assert not Report("m:s", ()).ok  # no case is no pass
+
+
+def test_fail_step_and_slow_step_keep_a_coroutine_step_a_coroutine(
+    saga_database_url: str, saga_ledger: Ledger
+) -> None:
+    import asyncio
+    import inspect
+
+    from saga import AsyncCoordinator
+
+    async def run() -> SagaFailed:
+        async with AsyncCoordinator(saga_database_url) as coord:
+            with pytest.raises(SagaFailed) as failed:
+                await coord.run(sagas.paid)
+            return failed.value
+
+    with slow_step(sagas.paid, "pay", seconds=0.0), fail_step(sagas.paid, "pay", times=1) as pay:
+        assert inspect.iscoroutinefunction(sagas.paid.steps[0].fn)
+        failure = asyncio.run(run())
+    assert isinstance(failure.__cause__, StepFailure)
+    assert pay.calls == 1
+    assert saga_ledger.applied("pay") == 0
