@@ -15,7 +15,10 @@ line per reply on its stdout:
   ``freeze``), send its output to ``log`` and call ``function(args)``. The
   reply says how it ended (``{"signal": ..., "code": ...}``), or, when
   ``freeze`` and it stopped itself, ``{"stopped": PID}``;
-* ``{"resume": PID}``: continue that stopped child, wait for its end, reply.
+* ``{"resume": PID}``: continue that stopped child, wait for its end, reply;
+* ``{"import": [MODULE, ...], "sys_path": [...]}``: import those modules in the
+  server itself, so that every later child has them already (a saga's module
+  and what it imports); replies ``{"code": 0}``, or 1 and the ``error``.
 """
 
 from __future__ import annotations
@@ -120,6 +123,12 @@ class ForkServer:
         """Continue a child that stopped itself (``freeze``); wait for its end."""
         return self._ask({"resume": pid})
 
+    def preload(self, modules: Sequence[str]) -> bool:
+        """Import ``modules`` in the server (with this process's ``sys.path``): children
+        then start with them imported. Whether that worked (if not, children import them
+        themselves and report the error)."""
+        return self._ask({"import": list(modules), "sys_path": list(sys.path)}).code == 0
+
     def _ask(self, request: dict[str, Any]) -> Ended:
         stdin, stdout = self._pipes()
         stdin.write(json.dumps(request) + "\n")
@@ -157,17 +166,21 @@ class ForkPool:
         self.preload = tuple(preload)
         self._idle: queue.SimpleQueue[ForkServer] = queue.SimpleQueue()
         self._all: list[ForkServer] = []
+        self._loaded: dict[int, set[str]] = {}
         self._lock = threading.Lock()
 
     @contextlib.contextmanager
-    def server(self) -> Iterator[ForkServer]:
-        """A server for this caller alone until the block ends."""
+    def server(self, modules: Sequence[str] = ()) -> Iterator[ForkServer]:
+        """A server for this caller alone until the block ends, with ``modules`` imported."""
         with self._lock:
             if self._idle.empty() and len(self._all) < self.size:
                 self._all.append(ForkServer(self.preload))
                 self._idle.put(self._all[-1])
         lent = self._idle.get()
         try:
+            missing = [m for m in modules if m not in self._loaded.setdefault(id(lent), set())]
+            if missing and lent.preload(missing):
+                self._loaded[id(lent)].update(missing)
             yield lent
         finally:
             self._idle.put(lent)
@@ -193,6 +206,8 @@ def serve(preload: Sequence[str]) -> None:
 
 
 def _handle(request: dict[str, Any]) -> dict[str, Any]:
+    if "import" in request:
+        return _import(request["import"], request["sys_path"])
     if "resume" in request:
         pid = int(request["resume"])
         os.kill(pid, signal.SIGCONT)
@@ -208,6 +223,16 @@ def _handle(request: dict[str, Any]) -> dict[str, Any]:
             return {"stopped": pid}
         return _ending(status)
     return _ending(_wait(pid, request.get("kill_after")))
+
+
+def _import(modules: list[str], path: list[str]) -> dict[str, Any]:
+    sys.path[:] = path
+    try:
+        for module in modules:
+            importlib.import_module(module)
+    except BaseException as error:  # noqa: BLE001 (the children report it, with a traceback)
+        return {"code": 1, "error": f"{type(error).__name__}: {error}"}
+    return {"code": 0}
 
 
 def _ending(status: int) -> dict[str, Any]:

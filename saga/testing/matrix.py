@@ -162,7 +162,7 @@ class CrashMatrix:
             if spec.setup is not None:
                 spec.setup(url)
             args = self._args(spec, "run", url, failing, trace=str(trace))
-            with self.pool.server() as server:
+            with self.pool.server([spec.target.module]) as server:
                 ended = server.call(ENTRY, args, log, kill_after=spec.timeout)
         if ended.code != 0 or not trace.exists():
             what = "the saga" if failing is None else f"the saga with {failing} failing"
@@ -176,7 +176,7 @@ class CrashMatrix:
             case = dataclasses.replace(case, url=store.url)
             if spec.setup is not None:
                 spec.setup(store.url)
-            with self.pool.server() as server:
+            with self.pool.server([spec.target.module]) as server:
                 problems, crashed = self._crash_and_recover(server, spec, case, store, log)
             state = _read(store)
             if crashed is not None or not problems:

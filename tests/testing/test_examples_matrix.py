@@ -96,3 +96,34 @@ def _movements(url: str, key: str) -> int:
             return int(connection.execute(query).scalar() or 0)
     finally:
         engine.dispose()
+
+
+def test_trip_booking_leaves_no_booking_behind(crash_matrix: CrashMatrix, examples: None) -> None:
+    import trip_booking as trips
+
+    services = {
+        name: trips.BookingService(name, latency=0.0) for name in ("flight", "hotel", "car")
+    }
+    for service in services.values():
+        service.start()  # in this process: the matrix's children book over HTTP
+
+    def bookings(view: SagaView) -> None:
+        for name, service in services.items():
+            booking = service.bookings.get(f"{view.id}:{name}")
+            live = booking is not None and booking.get("status") != "cancelled"
+            assert live == (view.status is SagaStatus.COMPLETED), f"{name}: {booking}"
+
+    data = {"services": {name: s.url for name, s in services.items()}}
+    data |= {"flight": {"to": "LIS"}, "hotel": {"nights": 3}, "car": {"days": 3}}
+    try:
+        # Parallel branches: recover only, one failing branch (the example's own story).
+        report = crash_matrix(
+            trips.trip, data=data, check=bookings, fail=["car"], modes=["recover"]
+        )
+    finally:
+        for service in services.values():
+            service.stop()
+    assert report.ok, report.table()
+    points = {r.case.point for r in report.rows}
+    assert {f"after_action:{name}" for name in services} <= points
+    assert "after_undo:flight" in points
