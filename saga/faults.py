@@ -8,6 +8,10 @@ exactly as a power cut or an OOM kill would stop it.
 
 ``SAGA_FAULTS`` is a comma-separated list of ``point``, ``point:step`` or
 ``point:step#n`` (the n-th time that point is reached for that step).
+:func:`arm` can stop the process (SIGSTOP) instead of killing it, which makes
+a zombie: a process that wakes after others took its sagas over. And
+:func:`trace` lists the points a run reaches, in order, which is how
+``saga.testing.crash_matrix`` learns where a saga can crash.
 
 The points (sync and async drivers alike; ``step`` is None for saga-wide ones):
 
@@ -25,6 +29,9 @@ after_undo_commit      the step is durably compensated
 before_final_commit    the final status (completed / compensated / cancelled)
                        is about to commit
 after_final_commit     the final status is durable
+inside_action          ``saga.testing.Ledger`` applied an effect for a running
+                       step (the action is under way and has not returned)
+inside_undo            the same inside a compensation
 =====================  =========================================================
 """
 
@@ -32,13 +39,23 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 
 _armed: dict[tuple[str, str | None], int] = {}
 _seen: dict[tuple[str, str | None], int] = {}
+_signal: signal.Signals | Callable[[], None] = signal.SIGKILL
+_trace: list[str] | None = None
 
 
-def arm(spec: str) -> None:
-    """Arm the fault points named in ``spec`` (the ``SAGA_FAULTS`` syntax)."""
+def arm(spec: str, how: signal.Signals | Callable[[], None] = signal.SIGKILL) -> None:
+    """Arm the fault points named in ``spec`` (the ``SAGA_FAULTS`` syntax).
+
+    ``how`` is the signal the process sends itself there: SIGKILL (a crash) or
+    SIGSTOP (a freeze; the process goes on where it stopped once continued),
+    or a function to call instead.
+    """
+    global _signal
+    _signal = how
     for item in filter(None, (part.strip() for part in spec.split(","))):
         target, _, nth = item.partition("#")
         name, _, step = target.partition(":")
@@ -46,19 +63,33 @@ def arm(spec: str) -> None:
 
 
 def disarm() -> None:
+    global _signal
     _armed.clear()
     _seen.clear()
+    _signal = signal.SIGKILL
+
+
+def trace(into: list[str] | None) -> None:
+    """Append every point reached from now on to ``into`` as ``name:step``
+    (``name`` for saga-wide points); ``None`` stops tracing."""
+    global _trace
+    _trace = into
 
 
 def point(name: str, step: str | None) -> None:
     """A place where a crash test may kill this process."""
+    if _trace is not None:
+        _trace.append(name if step is None else f"{name}:{step}")
     if not _armed:
         return
     for key in ((name, step), (name, None)):
         if key in _armed:
             _seen[key] = _seen.get(key, 0) + 1
             if _seen[key] == _armed[key]:
-                os.kill(os.getpid(), signal.SIGKILL)
+                if callable(_signal) and not isinstance(_signal, signal.Signals):
+                    _signal()
+                else:
+                    os.kill(os.getpid(), _signal)
 
 
 arm(os.environ.get("SAGA_FAULTS", ""))

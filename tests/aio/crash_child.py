@@ -10,7 +10,7 @@ chosen by the case's idempotency key:
   ``AsyncCoordinator``: ``s1``, then ``s2``, ``s3`` and ``s4`` at once, then ``s5``;
 * anything else: as tests/crash runs it.
 
-    python -m tests.aio.crash_child serve     # the fork server of tests/crash, these cases
+    python -m tests.aio.crash_child run CASE_JSON  # or main(argv) in a forked child
 """
 
 from __future__ import annotations
@@ -77,9 +77,9 @@ async def _run_block(coord: AsyncCoordinator, case: Case) -> SagaStatus | None:
     return s.status
 
 
-def main() -> None:
-    child.run_once = run_once  # what the fork server's children call
-    child.main()
+def main(argv: list[str] | None = None) -> None:
+    child.run_once = run_once  # what tests/crash's entry points call
+    child.main(argv)
 
 
 if __name__ == "__main__":

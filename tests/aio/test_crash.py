@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,12 +30,11 @@ from tests.crash import ledger
 from tests.crash.child import (
     MODULE,
     RECOVERY_LEASE_TTL,
-    ROOT,
     Case,
     recover_until_settled,
     run_case,
 )
-from tests.crash.harness import ForkServer, child_env, log_tail, wait_until_claimable
+from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
 from tests.crash.invariants import _check_step_calls, check_history, check_saga
 from tests.crash.matrix import (
     Scenario,
@@ -54,15 +51,7 @@ class CaseServer(ForkServer):
     """tests/crash's fork server, serving ``tests.aio.crash_child``'s cases."""
 
     def __init__(self) -> None:
-        command = [sys.executable, "-m", "tests.aio.crash_child", "serve"]
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=child_env(),
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        super().__init__(entry="tests.aio.crash_child:main")
 
 
 @pytest.fixture(scope="module")

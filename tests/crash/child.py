@@ -4,17 +4,16 @@ Run from the repository root (the parent sets cwd and ``PYTHONPATH``)::
 
     python -m tests.crash.child run CASE_JSON      # SAGA_FAULTS names where to die
     python -m tests.crash.child recover URL [--go FILE] [--lease S] [--timeout S]
-    python -m tests.crash.child serve              # fork server, one CASE_JSON per line
 
 ``run`` runs one saga (a :class:`Case`: declarative or context-manager, 1 to 5
 steps, with or without a pivot, going forward or with a step that fails) on
 a short lease; ``saga.faults`` SIGKILLs the process at the point
 ``SAGA_FAULTS`` names. ``recover`` calls ``coord.recover()`` until nothing
-is running or compensating. ``serve`` imports everything once and then forks
-one process per case it reads on stdin (with ``SAGA_FAULTS`` set to the
-case's faults in the fork), replying with how that process ended: the same
-real process and real SIGKILL as ``run``, without paying the ~0.5 s import
-of SQLAlchemy for each of several hundred cases.
+is running or compensating. The tests mostly call :func:`main` in processes
+forked by saga.testing's fork server (tests/crash/harness.py), the one
+``crash_matrix`` uses: the same real process and real SIGKILL as ``run``,
+without paying the ~0.5 s import of SQLAlchemy for each of several hundred
+cases.
 
 Every step appends its calls to the effect ledger (:mod:`tests.crash.ledger`),
 whose path travels in the saga's input (declarative) or the step arguments
@@ -26,15 +25,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import signal
-import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 from saga import (
     Coordinator,
@@ -44,7 +40,6 @@ from saga import (
     SagaStatus,
     StepContext,
     current_step,
-    faults,
 )
 from tests.crash import ledger
 
@@ -286,73 +281,6 @@ def _wait_for(path: Path, timeout: float) -> None:
         time.sleep(0.005)
 
 
-_HEAVY_IMPORTS = (
-    "saga.adapters.sql.sqlite",
-    "saga.adapters.sql.postgres",
-    "sqlalchemy.dialects.sqlite.pysqlite",
-    "sqlalchemy.dialects.postgresql.psycopg",
-)
-
-
-def serve() -> None:
-    """Fork one process per request read on stdin; reply with how it ended.
-
-    A request is one JSON line: ``argv`` (a ``run`` or ``recover`` command
-    line), ``faults`` (its ``SAGA_FAULTS``), ``log`` (a file for its output)
-    and optionally ``kill_after`` (seconds after which this server SIGKILLs
-    it, wherever it is). The reply is ``{"signal": ..., "code": ...}``.
-    """
-    for module in _HEAVY_IMPORTS:  # imported once here, not once per fork
-        importlib.import_module(module)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            _forked(request["argv"], request["faults"], request["log"])
-        status = _wait(pid, request.get("kill_after"))
-        reply = {
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        }
-        print(json.dumps(reply), flush=True)
-
-
-def _wait(pid: int, kill_after: float | None) -> int:
-    """Wait for ``pid``; SIGKILL it first if it is still running after ``kill_after`` s."""
-    if kill_after is not None:
-        deadline = time.monotonic() + kill_after
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return status
-            time.sleep(0.001)
-        os.kill(pid, signal.SIGKILL)
-    return os.waitpid(pid, 0)[1]
-
-
-def _forked(argv: list[str], spec: str, log: str) -> NoReturn:
-    code = 1
-    try:
-        output = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.environ["SAGA_FAULTS"] = spec
-        faults.disarm()
-        faults.arm(spec)
-        main(argv)
-        code = 0
-    except BaseException:
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.crash.child")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -363,15 +291,12 @@ def main(argv: list[str] | None = None) -> None:
     recover.add_argument("--go", help="print 'ready', then wait for this file to exist")
     recover.add_argument("--lease", type=float, default=RECOVERY_LEASE_TTL)
     recover.add_argument("--timeout", type=float, default=60.0)
-    commands.add_parser("serve", help="fork server: one request JSON per stdin line")
     args = parser.parse_args(argv)
     if args.command == "run":
         status = run_once(Case.from_json(args.case))
         print(json.dumps({"status": None if status is None else status.value}), flush=True)
-    elif args.command == "recover":
-        _recover(args.url, args.go, args.lease, args.timeout)
     else:
-        serve()
+        _recover(args.url, args.go, args.lease, args.timeout)
 
 
 if __name__ == "__main__":

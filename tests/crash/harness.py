@@ -2,35 +2,20 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from saga import Coordinator, SagaStatus
+from saga.testing.forkserver import Ended
+from saga.testing.forkserver import ForkServer as SharedForkServer
 from tests.crash.child import ROOT, Case
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Ended:
-    """How a child process ended: killed by ``signal``, or exited with ``code``."""
-
-    signal: int | None
-    code: int | None
-
-    @property
-    def killed(self) -> bool:
-        return self.signal == signal.SIGKILL
-
-    @classmethod
-    def of(cls, returncode: int) -> Ended:
-        return cls(-returncode, None) if returncode < 0 else cls(None, returncode)
+__all__ = ["Ended", "ForkServer", "child_env", "log_tail", "run_child", "spawn"]
 
 
 def child_env(faults: str = "") -> dict[str, str]:
@@ -56,10 +41,12 @@ def run_child(case: Case, log: Path, timeout: float = 60.0) -> Ended:
 
 
 class ForkServer:
-    """``python -m tests.crash.child serve``: forks one process per case (see child.py)."""
+    """saga.testing's fork server (the one ``crash_matrix`` uses), calling ``entry(argv)``
+    in each forked child: ``python -m tests.crash.child ARGV`` without the interpreter start."""
 
-    def __init__(self) -> None:
-        self.process = spawn(["serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    def __init__(self, entry: str = "tests.crash.child:main") -> None:
+        self.entry = entry
+        self.server = SharedForkServer(cwd=ROOT, env=child_env())
 
     def run(self, case: Case, log: Path, kill_after: float | None = None) -> Ended:
         """Run ``case`` in a forked process with ``SAGA_FAULTS=case.faults``."""
@@ -70,31 +57,10 @@ class ForkServer:
     ) -> Ended:
         """``python -m tests.crash.child ARGV`` in a forked process; SIGKILLed after
         ``kill_after`` seconds if it is still running then."""
-        stdin, stdout = self._pipes()
-        request = {"argv": argv, "faults": faults, "log": str(log), "kill_after": kill_after}
-        stdin.write(json.dumps(request) + "\n")
-        stdin.flush()
-        reply = stdout.readline()
-        if not reply:
-            raise RuntimeError(f"the fork server died (exit {self.process.poll()})")
-        answer = json.loads(reply)
-        return Ended(answer["signal"], answer["code"])
-
-    def _pipes(self) -> tuple[IO[str], IO[str]]:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        return self.process.stdin, self.process.stdout
+        return self.server.call(self.entry, argv, log, faults, kill_after=kill_after)
 
     def close(self) -> None:
-        stdin, _ = self._pipes()
-        stdin.close()
-        try:
-            self.process.wait(10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        assert self.process.stdout is not None
-        self.process.stdout.close()
+        self.server.close()
 
 
 def wait_until_claimable(coord: Coordinator, timeout: float = 30.0) -> None:

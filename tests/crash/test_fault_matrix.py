@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from saga.testing.invariants import problems
 from tests.crash import ledger
 from tests.crash.child import recover_until_settled, recoverer, run_case
 from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
@@ -99,3 +100,4 @@ def test_crash_then_recovery_keeps_invariants(
     steps = [f"s{n}" for n in range(1, case.steps + 1)]
     check_saga(saga, book, steps, lambda name: case.kind_of(int(name[1:])))
     check_history(saga, histories[saga.id])
+    assert problems(saga, histories[saga.id]) == []  # what crash_matrix checks, users' sagas too

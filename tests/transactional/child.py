@@ -1,10 +1,9 @@
-"""Crash children for the transactional tests: a fork server that runs one saga per request.
+"""Crash children for the transactional tests: one saga per forked process.
 
-``python -m tests.transactional.child serve`` imports everything once, then
-reads one JSON request per line (``url``, ``shape``, ``faults``, ``log``),
-forks a process that arms ``SAGA_FAULTS`` and runs that saga on a short
-lease, and replies with how the process ended. The fault point SIGKILLs it
-exactly as an OOM kill or a power cut would.
+saga.testing's fork server (the one ``crash_matrix`` uses) forks a process
+per request, arms ``SAGA_FAULTS`` in it and calls :func:`job` with
+``{"url": ..., "shape": ...}``, which runs that saga on a short lease. The
+fault point SIGKILLs it exactly as an OOM kill or a power cut would.
 
 Shapes (all steps transactional, with transactional compensations):
 
@@ -16,14 +15,9 @@ Shapes (all steps transactional, with transactional compensations):
 
 from __future__ import annotations
 
-import importlib
-import json
-import os
-import sys
-import traceback
-from typing import Any, NoReturn
+from typing import Any
 
-from saga import Coordinator, SagaFailed, faults
+from saga import Coordinator, SagaFailed
 from tests.transactional import app
 
 LEASE_TTL = 0.15
@@ -51,43 +45,7 @@ def _block(coord: Coordinator, fail: bool) -> str | None:
     return None if s.status is None else s.status.value
 
 
-def serve() -> None:
-    for module in ("saga.adapters.sql.sqlite", "saga.adapters.sql.postgres"):
-        importlib.import_module(module)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request: dict[str, Any] = json.loads(line)
-        sys.stdout.flush()
-        pid = os.fork()
-        if pid == 0:
-            _forked(request)
-        _, status = os.waitpid(pid, 0)
-        reply = {
-            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-        }
-        print(json.dumps(reply), flush=True)
-
-
-def _forked(request: dict[str, Any]) -> NoReturn:
-    code = 1
-    try:
-        output = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        faults.disarm()
-        faults.arm(request["faults"])
-        with Coordinator(request["url"], lease_ttl=LEASE_TTL) as coord:
-            print("ended", run_shape(coord, request["shape"]))
-        code = 0
-    except BaseException:  # reported in the log; the test sees the exit code
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-if __name__ == "__main__":
-    serve()
+def job(request: dict[str, Any]) -> None:
+    """The fork server's entry point: run ``request["shape"]`` on ``request["url"]``."""
+    with Coordinator(request["url"], lease_ttl=LEASE_TTL) as coord:
+        print("ended", run_shape(coord, request["shape"]), flush=True)

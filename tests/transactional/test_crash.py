@@ -16,16 +16,13 @@ Everything runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
 from saga import Coordinator, SagaStatus
+from saga.testing.forkserver import ForkServer as SharedForkServer
 from tests.crash.child import ROOT, recover_until_settled
 from tests.crash.harness import Ended, child_env, log_tail
 from tests.transactional import app
@@ -73,40 +70,17 @@ def expected(shape: str, point: str) -> SagaStatus | None:
 
 
 class ForkServer:
-    """``python -m tests.transactional.child``: one forked process per request."""
+    """saga.testing's fork server, calling ``tests.transactional.child:job`` per case."""
 
     def __init__(self) -> None:
-        command = [sys.executable, "-m", "tests.transactional.child"]
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=child_env(),
-            text=True,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
+        self.server = SharedForkServer(cwd=ROOT, env=child_env())
 
     def run(self, url: str, shape: str, point: str, log: Path) -> Ended:
-        stdin, stdout = self._pipes()
-        request = {"url": url, "shape": shape, "faults": point, "log": str(log)}
-        stdin.write(json.dumps(request) + "\n")
-        stdin.flush()
-        reply = stdout.readline()
-        if not reply:
-            raise RuntimeError(f"the fork server died (exit {self.process.poll()})")
-        answer = json.loads(reply)
-        return Ended(answer["signal"], answer["code"])
-
-    def _pipes(self) -> tuple[IO[str], IO[str]]:
-        assert self.process.stdin is not None
-        assert self.process.stdout is not None
-        return self.process.stdin, self.process.stdout
+        request = {"url": url, "shape": shape}
+        return self.server.call("tests.transactional.child:job", request, log, point)
 
     def close(self) -> None:
-        stdin, stdout = self._pipes()
-        stdin.close()
-        self.process.wait(10)
-        stdout.close()
+        self.server.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,79 @@
+"""Laying out a crash matrix: the points each path reaches, and the cases made of them.
+
+The points are not guessed from the saga's shape: a probe run of each path
+(the one that succeeds, and one per step made to fail) in a child process
+lists every fault point it passes, in order (``saga.faults.trace``). The
+matrix is then every such point, crossed with the modes that mean something
+there. The same saga gives the same matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from saga.testing.report import Case
+
+MODES = ("recover", "compensate", "zombie")
+"""``recover``: ``coord.recover()`` finishes it (forward where it can);
+``compensate``: ``coord.recover(compensate=True)``; ``zombie``: the process is
+frozen (SIGSTOP) there instead of killed, recovery finishes the saga, then the
+frozen process wakes and must change nothing."""
+
+_UNWINDING = ("before_unwind", "before_final_commit", "after_final_commit")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Path:
+    """One way through the saga: ``failing`` is the step that fails (``None``: none does);
+    ``points`` the ``SAGA_FAULTS`` specs its run reached, in order; ``status`` how it ended."""
+
+    failing: str | None
+    points: tuple[str, ...]
+    status: str | None
+
+
+def specs(trace: Iterable[str]) -> tuple[str, ...]:
+    """Traced points as ``SAGA_FAULTS`` specs: ``#n`` marks the n-th time (n > 1) a point
+    is reached (a retried step passes its points once per attempt)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for point in trace:
+        seen[point] += 1
+        out.append(point if seen[point] == 1 else f"{point}#{seen[point]}")
+    return tuple(out)
+
+
+def _is_forward(point: str) -> bool:
+    name = point.partition(":")[0].partition("#")[0]
+    return name not in _UNWINDING and name not in (
+        "before_undo",
+        "after_undo",
+        "after_undo_commit",
+        "inside_undo",
+    )
+
+
+def cases(paths: Sequence[Path], modes: Sequence[str]) -> list[Case]:
+    """Every (point, mode) worth running, path by path, in execution order.
+
+    ``compensate`` runs only where the saga is still going forward (elsewhere it is
+    the same as ``recover``); ``zombie`` only where the saga is recorded and not yet
+    final (a process frozen before anything is recorded is just late, not a zombie).
+    """
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise ValueError(
+            f"crash_matrix: unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}"
+        )
+    out = []
+    for path in paths:
+        for index, point in enumerate(path.points):
+            for mode in modes:
+                if mode == "compensate" and not (_is_forward(point) and index > 0):
+                    continue
+                if mode == "zombie" and (index == 0 or point.startswith("after_final_commit")):
+                    continue
+                out.append(Case(point, path.failing, mode))
+    return out
