@@ -121,10 +121,18 @@ class AsyncCoordinator:
         if operations.rerun(saga, existing, input_text):
             return view_of(existing)
         try:
-            record = await self._claim(existing.id, operations.claimed("rerun"))
+            claim = functools.partial(
+                self.sync.store.claim,
+                existing.id,
+                self.owner,
+                self.lease_ttl,
+                operations.claimed("rerun"),
+                operations.continue_guard(),
+            )
+            record = await self.store.call(claim)
         except SagaBusyError:
             raise
-        except OperationRefusedError:  # it finished between our read and our claim
+        except OperationRefusedError:  # it finished (or failed) between our read and our claim
             latest = await asyncio.to_thread(self.sync._load, existing.id)
             return await self._rerun(saga, latest, input_text)
         started = self.sync.started_with(record)  # the version the saga began with
@@ -219,11 +227,6 @@ class AsyncCoordinator:
     async def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
         with self.sync.heartbeat.holding(record.id, record.epoch):
             return view_of(await self.runner.unwind(record, saga, fresh))
-
-    async def _claim(self, saga_id: str, event: Any) -> SagaRecord:
-        return await self.store.call(
-            self.sync.store.claim, saga_id, self.owner, self.lease_ttl, event
-        )
 
     async def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now; see ``Coordinator.compensate``."""

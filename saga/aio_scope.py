@@ -6,7 +6,7 @@ import asyncio
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from saga import engine, faults
+from saga import engine, faults, operations
 from saga.codec import encode
 from saga.engine import Cursor
 from saga.errors import INFRASTRUCTURE_ERRORS, OperationRefusedError, SagaFailed
@@ -45,7 +45,12 @@ class AsyncSagaScope(ScopeCore):
             assert existing is not None
             claim = Event("lease_claimed", detail={"why": "re-entered"})
             self._record = await asyncio.to_thread(
-                self.store.claim, existing.id, self.owner, self.coordinator.lease_ttl, claim
+                self.store.claim,
+                existing.id,
+                self.owner,
+                self.coordinator.lease_ttl,
+                claim,
+                operations.continue_guard(),  # not one that failed since it was read
             )
             if self._record.status is SagaStatus.COMPENSATING:  # a crash interrupted unwinding
                 raise await self._finish_unwinding(self._record)

@@ -148,10 +148,11 @@ class Coordinator:
             return view_of(existing)
         claim = operations.claimed("rerun")
         try:
-            record = self.store.claim(existing.id, self.owner, self.lease_ttl, claim)
+            guard = operations.continue_guard()
+            record = self.store.claim(existing.id, self.owner, self.lease_ttl, claim, guard)
         except SagaBusyError:
             raise
-        except OperationRefusedError:  # it finished between our read and our claim
+        except OperationRefusedError:  # it finished (or failed) between our read and our claim
             return self._rerun(saga, self._load(existing.id), input_text)
         started = self.started_with(record)  # the version the saga began with, maybe older
         if record.status is SagaStatus.COMPENSATING:

@@ -207,6 +207,13 @@ def recover_guard() -> ClaimGuard:
     return ClaimGuard(frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING}))
 
 
+def continue_guard() -> ClaimGuard:
+    """A re-run of a key (or a re-entered block) carries on a saga that is running or
+    compensating; one that ended ``failed`` between the read and the claim is left alone
+    (a rerun raises its recorded failure instead of driving it)."""
+    return ClaimGuard(frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING}))
+
+
 def cancel_guard() -> ClaimGuard:
     """A cancel unwinds a running saga whose pivot has not acted: the request itself is
     already recorded, so whoever claimed the saga since (and carries it on) honours it."""

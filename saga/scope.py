@@ -15,7 +15,7 @@ from collections import Counter
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from saga import engine, faults
+from saga import engine, faults, operations
 from saga.codec import MAX_KEY_BYTES, check_name, decode, encode
 from saga.engine import Cursor
 from saga.errors import (
@@ -288,7 +288,10 @@ class SagaScope(ScopeCore):
             assert existing is not None
             claim = Event("lease_claimed", detail={"why": "re-entered"})
             store, coordinator = self.coordinator.store, self.coordinator
-            self._record = store.claim(existing.id, coordinator.owner, coordinator.lease_ttl, claim)
+            guard = operations.continue_guard()  # not one that failed since it was read
+            self._record = store.claim(
+                existing.id, coordinator.owner, coordinator.lease_ttl, claim, guard
+            )
             if self._record.status is SagaStatus.COMPENSATING:
                 raise self._finish_unwinding(self._record)
             self._hold()

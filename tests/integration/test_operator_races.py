@@ -253,3 +253,30 @@ def test_cancel_of_a_stuck_saga_without_its_definition_keeps_the_request(
     with Coordinator(db_url, lease_ttl=5.0) as recoverer:
         recoverer.register(saga)
         assert recoverer.recover().outcomes[0].status is SagaStatus.CANCELLED
+
+
+def test_a_rerun_whose_saga_failed_past_its_pivot_since_it_was_read_raises_its_failure(
+    db_url: str, operator: Coordinator
+) -> None:
+    """A caller re-running the key reads the saga ``running``; before its claim the owner
+    passes the pivot and fails. The claim must not take the ``failed`` saga and drive it
+    (it used to, and tried the failed step again); the rerun raises the recorded failure."""
+    gates = Gates()
+    saga = shop("race-rerun", gates, notify_fails=True)
+    with owner_in_reserve(db_url, saga, gates, lease_ttl=5.0) as owner:
+        operator.register(saga)
+
+        def owner_passes_pivot_and_fails() -> None:
+            gates.reserve_may_end.set()
+            gates.notify_may_end.set()
+            owner.thread.join(60)
+            wait_until_expired(operator, only_saga(operator))
+
+        before_claim(operator, owner_passes_pivot_and_fails)
+        with pytest.raises(SagaFailed) as failure:
+            operator.run(saga, key="order-1")  # the owner's input: None, as in owner_in_reserve
+        assert failure.value.status is SagaStatus.FAILED
+        view = operator.get(only_saga(operator))
+        assert view.status is SagaStatus.FAILED
+        assert [e.kind for e in operator.history(view.id)].count("lease_claimed") == 0
+        assert gates.undone == []
