@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-KEPT_TABLES = ("saga_schema_version",)
-"""Tables :class:`StorePool` keeps when it empties a schema for its next user."""
+KEPT_TABLES = ("saga_schema_version", "saga_schema_revision")
+"""Tables :class:`StorePool` keeps when it empties a schema for its next user: the
+schema's version and migration revision (emptied, the store would refuse the schema)."""
 
 ENV_URL = "SAGA_TEST_DATABASE_URL"
 """A PostgreSQL server for the tests (``postgresql+psycopg://user@host:port/db``)."""
