@@ -10,11 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 from saga import engine, faults, operations
-from saga.aio_runner import AsyncRunner, Forward
 from saga.aio_scope import AsyncSagaScope
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
 from saga.definition import Saga
+from saga.drivers.tasks import TaskDriver
 from saga.errors import LeaseLostError, OperationRefusedError, SagaBusyError, SagaFailed
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import ClaimGuard, Event, EventRecord, SagaRecord, SagaStore
@@ -52,7 +52,8 @@ class AsyncCoordinator:
             session_factory=session_factory,
         )
         self.store = async_store(self.sync.store)
-        self.runner = AsyncRunner(self.sync.runner, self.store)
+        self.flows = self.sync.flows
+        self.driver = TaskDriver(self.store, self.sync.driver)
 
     def __repr__(self) -> str:
         return f"AsyncCoordinator({self.sync.store.url!r})"
@@ -93,7 +94,7 @@ class AsyncCoordinator:
     ) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
         definition = self.sync._definition(saga)
-        payload = encode(data, "input", self.sync.runner.payload_limit)
+        payload = encode(data, "input", self.flows.payload_limit)
         record, change, started = operations.new_saga(
             definition, key, payload.text, self.owner, deadline
         )
@@ -108,14 +109,15 @@ class AsyncCoordinator:
     async def _forward(
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
-        forward = Forward(self.runner, saga, record)
         loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
 
-        def stop() -> None:  # on the heartbeat thread: a cancel request or a passed deadline
-            loop.call_soon_threadsafe(forward.stop_requested)
+        def stop_requested() -> None:  # on the heartbeat thread: a cancel request or a deadline
+            loop.call_soon_threadsafe(stop.set)
 
-        with self.sync.heartbeat.holding(record.id, record.epoch, stop):
-            return view_of(await forward.run(list(started)))
+        with self.sync.heartbeat.holding(record.id, record.epoch, stop_requested):
+            flow = self.flows.forward(saga, record, started)
+            return view_of(await self.driver.run(flow, stop))
 
     async def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
         if operations.rerun(saga, existing, input_text):
@@ -216,24 +218,24 @@ class AsyncCoordinator:
             assert saga is not None
             return await self._forward(saga, record)
         if route == "turn":
-            self.sync.runner.check_compensations(record, saga)  # refuse before changing anything
+            self.flows.check_compensations(record, saga)  # refuse before changing anything
             record = await self._turn(record, "recovery")
         return await self._unwind(record, saga)
 
     async def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
         event = operations.turn(record, why)
-        return await self.runner.write(record, [], [event], SagaStatus.COMPENSATING)
+        return await self.driver.run(self.flows.write(record, [], [event], SagaStatus.COMPENSATING))
 
     async def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
         with self.sync.heartbeat.holding(record.id, record.epoch):
-            return view_of(await self.runner.unwind(record, saga, fresh))
+            return view_of(await self.driver.run(self.flows.unwind(record, saga, fresh)))
 
     async def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now; see ``Coordinator.compensate``."""
         record = await asyncio.to_thread(self.sync._load, saga_id)
         operations.refuse_compensate(record)
         saga = self.sync._saga_for(record)
-        self.sync.runner.check_compensations(record, saga)  # refuse before changing anything
+        self.flows.check_compensations(record, saga)  # refuse before changing anything
         guard = operations.compensate_guard(record)
         event = operations.by_operator(action)
         record = await self._claim_guarded(saga_id, event, guard, operations.refuse_compensate)

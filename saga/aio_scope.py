@@ -31,10 +31,11 @@ class AsyncSagaScope(ScopeCore):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        limit = coordinator.sync.runner.payload_limit
+        limit = coordinator.flows.payload_limit
         super().__init__(coordinator.owner, limit, name, key, deadline)
         self.coordinator = coordinator
-        self.runner = coordinator.runner
+        self.flows = coordinator.flows
+        self.driver = coordinator.driver
         self.store = coordinator.sync.store
 
     async def __aenter__(self) -> AsyncSagaScope:
@@ -84,7 +85,9 @@ class AsyncSagaScope(ScopeCore):
         reason = self._gave_up(planned)
         if reason is not None:
             assert self._record is not None
-            raise await self.runner.fail(self._record, planned.template.name, reason, None)
+            raise await self.driver.run(
+                self.flows.fail(self._record, planned.template.name, reason, None)
+            )
         await self._begin(planned)
         return await self._run(planned, timeout, fn, args, kwargs)
 
@@ -102,10 +105,12 @@ class AsyncSagaScope(ScopeCore):
         if self._record is None:
             await self._create(starts, events)
         else:
-            self._record = await self.runner.write(self._record, starts, events)
+            self._record = await self.driver.run(self.flows.write(self._record, starts, events))
         faults.point("after_start_commit", group[0].template.name)
         if self._record is not None and self._record.stop:
-            raise await self.runner.cancelled(self._record, None, [p.template.name for p in group])
+            raise await self.driver.run(
+                self.flows.cancelled(self._record, None, [p.template.name for p in group])
+            )
 
     async def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
         record = self._new_record()
@@ -135,14 +140,17 @@ class AsyncSagaScope(ScopeCore):
         action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out
 
         try:
-            result = await self.runner.attempts(
-                cursor,
-                name,
-                planned.attempt,
-                planned.policy,
-                timeout,
-                action,
-                transactional=planned.template.transactional,
+            result = await self.driver.run(
+                self.flows.attempts(
+                    cursor,
+                    name,
+                    planned.attempt,
+                    planned.policy,
+                    timeout,
+                    action,
+                    transactional=planned.template.transactional,
+                ),
+                shielded=True,
             )
             # A result that cannot be stored fails the step (whose action did run).
             encoded = encode(result, f"result of step {name!r}", self.payload_limit)
@@ -155,7 +163,7 @@ class AsyncSagaScope(ScopeCore):
         self._record = cursor.record
         if not planned.template.transactional:  # else recorded with its own writes
             write, event = engine.succeeded(self._record, name, encoded)
-            self._record = await self.runner.write(self._record, [write], [event])
+            self._record = await self.driver.run(self.flows.write(self._record, [write], [event]))
         faults.point("after_success_commit", name)
         return result
 
@@ -179,7 +187,9 @@ class AsyncSagaScope(ScopeCore):
             return
         done = engine.moved(record, SagaStatus.COMPLETED)
         faults.point("before_final_commit", None)
-        self._record = await self.runner.write(record, [], [done], SagaStatus.COMPLETED)
+        self._record = await self.driver.run(
+            self.flows.write(record, [], [done], SagaStatus.COMPLETED)
+        )
         faults.point("after_final_commit", None)
 
     async def _unwind(self, error: BaseException | None) -> SagaFailed:
@@ -189,12 +199,16 @@ class AsyncSagaScope(ScopeCore):
         record = self._record
         assert record is not None
         if self._failed_step is not None:
-            return await self.runner.fail(record, self._failed_step, error or "failed", None)
+            return await self.driver.run(
+                self.flows.fail(record, self._failed_step, error or "failed", None)
+            )
         reason = engine.describe(error) if error else "block failed"
         turn = engine.moved(record, SagaStatus.COMPENSATING, reason=reason)
-        record = await self.runner.write(record, [], [turn], SagaStatus.COMPENSATING, reason)
+        record = await self.driver.run(
+            self.flows.write(record, [], [turn], SagaStatus.COMPENSATING, reason)
+        )
         try:
-            record = await self.runner.unwind(record, None)
+            record = await self.driver.run(self.flows.unwind(record, None))
         except SagaFailed as failure:
             return failure
         return SagaFailed(record.id, record.status, None)

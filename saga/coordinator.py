@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from saga import engine, faults, operations, versions
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
+from saga.drivers.threads import ThreadDriver
+from saga.engine.flows import Flows
 from saga.errors import (
     ConfigurationError,
     LeaseLostError,
@@ -24,12 +26,10 @@ from saga.errors import (
     UnknownSagaError,
 )
 from saga.lease import Heartbeat, check_lease_ttl
-from saga.operations import operator_detail as operator_detail  # re-exported for callers
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import ClaimGuard, Event, EventRecord, ListQuery, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
-from saga.runner import Runner
 from saga.scope import SagaScope
 from saga.status import SagaStatus
 from saga.store import open_store
@@ -75,7 +75,8 @@ class Coordinator:
         self.owner = new_owner_id()
         self.resolver = Resolver(trusted_modules)
         self.heartbeat = Heartbeat(self.store, lease_ttl)
-        self.runner = Runner(self.store, lease_ttl, payload_limit, self.resolver, self.heartbeat)
+        self.flows = Flows(payload_limit, self.resolver)
+        self.driver = ThreadDriver(self.store, lease_ttl)
         self._sagas = versions.Registry()
 
     def __repr__(self) -> str:
@@ -121,9 +122,9 @@ class Coordinator:
         (raising ``SagaFailed`` again if it failed) and runs nothing twice.
         """
         definition = self._definition(saga)
-        payload = encode(data, "input", self.runner.payload_limit)
+        payload = encode(data, "input", self.flows.payload_limit)
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
-            encode(key, "key", self.runner.payload_limit)
+            encode(key, "key", self.flows.payload_limit)
         # No lookup by key first: creation clashes on (name, key) and returns
         # the existing saga, so a new saga costs no read-only round trip.
         record, change, started = operations.new_saga(
@@ -141,7 +142,7 @@ class Coordinator:
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
         with self.heartbeat.holding(record.id, record.epoch):
-            return view_of(self.runner.forward(saga, record, started))
+            return view_of(self.driver.run(self.flows.forward(saga, record, started)))
 
     def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
         if operations.rerun(saga, existing, input_text):
@@ -192,7 +193,7 @@ class Coordinator:
     ) -> SagaScope:
         """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
-            encode(key, "key", self.runner.payload_limit)
+            encode(key, "key", self.flows.payload_limit)
         return SagaScope(self, name, key, operations.seconds(deadline))
 
     # -- reading ----------------------------------------------------------------------------
@@ -258,7 +259,9 @@ class Coordinator:
         as ``recover`` would; the claim is recorded naming the operator. Only a running
         or compensating saga is taken (checked in the claim): a ``failed`` one waits for
         ``retry-compensation`` or ``mark-compensated``."""
-        claim = Event("lease_claimed", detail={"why": "operator recover", **operator_detail()})
+        claim = Event(
+            "lease_claimed", detail={"why": "operator recover", **operations.operator_detail()}
+        )
         self.claim_guarded(saga_id, claim, operations.recover_guard(), operations.refuse_recover)
         return self._recover_one(saga_id, compensate)
 
@@ -289,7 +292,7 @@ class Coordinator:
             assert saga is not None
             return self._forward(saga, record)
         if route == "turn":
-            self.runner.check_compensations(record, saga)  # refuse before changing anything
+            self.flows.check_compensations(record, saga)  # refuse before changing anything
             record = self._turn(record, "recovery")
         return self._unwind(record, saga)
 
@@ -301,12 +304,12 @@ class Coordinator:
 
     def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
         event = operations.turn(record, why)
-        return self.runner.write(record, [], [event], SagaStatus.COMPENSATING)
+        return self.driver.run(self.flows.write(record, [], [event], SagaStatus.COMPENSATING))
 
     def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
         """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
         with self.heartbeat.holding(record.id, record.epoch):
-            return view_of(self.runner.unwind(record, saga, fresh))
+            return view_of(self.driver.run(self.flows.unwind(record, saga, fresh)))
 
     def _release(self, saga_id: str) -> None:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
@@ -341,7 +344,7 @@ class Coordinator:
         record = self._load(saga_id)
         operations.refuse_compensate(record)
         saga = self._saga_for(record)
-        self.runner.check_compensations(record, saga)  # refuse before changing anything
+        self.flows.check_compensations(record, saga)  # refuse before changing anything
         guard = operations.compensate_guard(record)
         event = operations.by_operator(action)
         record = self.claim_guarded(record.id, event, guard, operations.refuse_compensate)

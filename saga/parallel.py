@@ -26,13 +26,13 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 from saga import engine, faults
-from saga.aio_runner import _is_async
 from saga.codec import encode
 from saga.engine import Cursor
+from saga.engine.effects import Action
+from saga.engine.forward import is_async
 from saga.errors import INFRASTRUCTURE_ERRORS, ConfigurationError
 from saga.policy import RetryPolicy
 from saga.ports import Event, StepRecord, StepWrite
-from saga.runner import Action
 from saga.status import SagaStatus
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class StepCall:
 def bound(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Action:
     """``fn(*args, **kwargs)`` as a step action; an async ``fn`` stays a coroutine
     function, so the async driver awaits it on the loop (and can time it out)."""
-    if _is_async(fn):
+    if is_async(fn):
 
         async def run_async(_context: Any) -> Any:
             return await fn(*args, **kwargs)
@@ -193,7 +193,7 @@ def run_group(scope: SagaScope, calls: Sequence[StepCall]) -> list[Any]:
     gave_up = group.gave_up()
     if gave_up is not None:
         assert scope._record is not None
-        raise scope.runner.fail(scope._record, *gave_up, None)
+        raise scope.driver.run(scope.flows.fail(scope._record, *gave_up, None))
     scope._begin(*group.planned())
     group.started()
     with ThreadPoolExecutor(len(group.members), thread_name_prefix=f"saga-{scope.name}") as pool:
@@ -205,7 +205,7 @@ def run_group(scope: SagaScope, calls: Sequence[StepCall]) -> list[Any]:
             change = group.completed(member, future.result())  # infrastructure errors raise
             if change is not None:
                 assert scope._record is not None
-                scope._record = scope.runner.write(scope._record, *change)
+                scope._record = scope.driver.run(scope.flows.write(scope._record, *change))
             if group.failure is None:
                 faults.point("after_success_commit", member.name)
     if group.failure is not None:
@@ -218,14 +218,16 @@ def _attempts(scope: SagaScope, member: Member) -> Done:
     assert member.cursor is not None
     call, planned = member.call, member.planned
     try:
-        result = scope.runner.attempts(
-            member.cursor,
-            member.name,
-            planned.attempt,
-            planned.policy,
-            call.timeout,
-            bound(call.fn, call.args, call.kwargs),
-            transactional=planned.template.transactional,
+        result = scope.driver.run(
+            scope.flows.attempts(
+                member.cursor,
+                member.name,
+                planned.attempt,
+                planned.policy,
+                call.timeout,
+                bound(call.fn, call.args, call.kwargs),
+                transactional=planned.template.transactional,
+            )
         )
         encoded = encode(result, f"result of step {member.name!r}", scope.payload_limit)
     except INFRASTRUCTURE_ERRORS:
@@ -241,7 +243,7 @@ def _unwind(scope: SagaScope, group: Group) -> None:
     assert group.failure is not None
     store = scope.coordinator.store
     record = engine.in_completion_order(store.load(scope._record.id) or scope._record, group.order)
-    scope._failure = scope.runner._unwound(record, None, group.failure[0])
+    scope._failure = scope.driver.run(scope.flows.unwound(record, None, group.failure[0]))
     scope._record = store.load(record.id) or record
 
 
@@ -256,7 +258,7 @@ async def run_group_async(scope: AsyncSagaScope, calls: Sequence[StepCall]) -> l
     gave_up = group.gave_up()
     if gave_up is not None:
         assert scope._record is not None
-        raise await scope.runner.fail(scope._record, *gave_up, None)
+        raise await scope.driver.run(scope.flows.fail(scope._record, *gave_up, None))
     await scope._begin(*group.planned())
     group.started()
     tasks = {
@@ -273,7 +275,9 @@ async def run_group_async(scope: AsyncSagaScope, calls: Sequence[StepCall]) -> l
                 change = group.completed(member, outcome)
                 if change is not None:
                     assert scope._record is not None
-                    scope._record = await scope.runner.write(scope._record, *change)
+                    scope._record = await scope.driver.run(
+                        scope.flows.write(scope._record, *change)
+                    )
                 if group.failure is None:
                     faults.point("after_success_commit", member.name)
                 elif reason == "cancelled":
@@ -294,14 +298,17 @@ async def _attempts_async(scope: AsyncSagaScope, member: Member) -> Done:
     assert member.cursor is not None
     call, planned = member.call, member.planned
     try:
-        result = await scope.runner.attempts(
-            member.cursor,
-            member.name,
-            planned.attempt,
-            planned.policy,
-            call.timeout,
-            bound(call.fn, call.args, call.kwargs),
-            transactional=planned.template.transactional,
+        result = await scope.driver.run(
+            scope.flows.attempts(
+                member.cursor,
+                member.name,
+                planned.attempt,
+                planned.policy,
+                call.timeout,
+                bound(call.fn, call.args, call.kwargs),
+                transactional=planned.template.transactional,
+            ),
+            shielded=True,
         )
         encoded = encode(result, f"result of step {member.name!r}", scope.payload_limit)
     except INFRASTRUCTURE_ERRORS:
@@ -325,7 +332,7 @@ def _cancel(pending: set[asyncio.Task[Done]], tasks: dict[asyncio.Task[Done], Me
     and a transactional call's outcome must commit with its own writes."""
     for task in pending:
         call = tasks[task].call
-        if _is_async(call.fn) and not call.transactional:
+        if is_async(call.fn) and not call.transactional:
             task.cancel()
 
 
@@ -335,5 +342,5 @@ async def _unwind_async(scope: AsyncSagaScope, group: Group) -> None:
     store = scope.coordinator.store
     loaded = await store.load(scope._record.id) or scope._record
     record = engine.in_completion_order(loaded, group.order)
-    scope._failure = await scope.runner._unwound(record, None, group.failure[0])
+    scope._failure = await scope.driver.run(scope.flows.unwound(record, None, group.failure[0]))
     scope._record = await store.load(record.id) or record

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from saga import engine, faults, operations
 from saga.codec import MAX_KEY_BYTES, check_name, decode, encode
 from saga.engine import Cursor
+from saga.engine.attempts import StepResults
 from saga.errors import (
     INFRASTRUCTURE_ERRORS,
     DefinitionError,
@@ -81,9 +82,7 @@ class ScopeCore:
     @property
     def results(self) -> dict[str, Any]:
         """Results of the steps done so far, by step name."""
-        from saga.runner import results_of
-
-        return {} if self._record is None else dict(results_of(self._record))
+        return {} if self._record is None else dict(StepResults(self._record))
 
     def _continues(self, existing: SagaRecord | None) -> bool:
         """Take over what an earlier run with this key recorded; True if it must be claimed
@@ -275,10 +274,11 @@ class SagaScope(ScopeCore):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        limit = coordinator.runner.payload_limit
+        limit = coordinator.flows.payload_limit
         super().__init__(coordinator.owner, limit, name, key, deadline)
         self.coordinator = coordinator
-        self.runner = coordinator.runner
+        self.flows = coordinator.flows
+        self.driver = coordinator.driver
 
     def __enter__(self) -> SagaScope:
         if self.key is None:
@@ -324,7 +324,9 @@ class SagaScope(ScopeCore):
         reason = self._gave_up(planned)
         if reason is not None:
             assert self._record is not None
-            raise self.runner.fail(self._record, planned.template.name, reason, None)
+            raise self.driver.run(
+                self.flows.fail(self._record, planned.template.name, reason, None)
+            )
         self._begin(planned)
         return self._run(planned, timeout, fn, args, kwargs)
 
@@ -346,10 +348,12 @@ class SagaScope(ScopeCore):
         if self._record is None:
             self._create(starts, events)
         else:
-            self._record = self.runner.write(self._record, starts, events)
+            self._record = self.driver.run(self.flows.write(self._record, starts, events))
         faults.point("after_start_commit", group[0].template.name)
         if self._record is not None and self._record.stop:
-            raise self.runner.cancelled(self._record, None, [p.template.name for p in group])
+            raise self.driver.run(
+                self.flows.cancelled(self._record, None, [p.template.name for p in group])
+            )
 
     def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
         record = self._new_record()
@@ -376,14 +380,16 @@ class SagaScope(ScopeCore):
         name = planned.template.name
         cursor = Cursor(self._record)
         try:
-            result = self.runner.attempts(
-                cursor,
-                name,
-                planned.attempt,
-                planned.policy,
-                timeout,
-                lambda _context: fn(*args, **kwargs),
-                transactional=planned.template.transactional,
+            result = self.driver.run(
+                self.flows.attempts(
+                    cursor,
+                    name,
+                    planned.attempt,
+                    planned.policy,
+                    timeout,
+                    lambda _context: fn(*args, **kwargs),
+                    transactional=planned.template.transactional,
+                )
             )
             # A result that cannot be stored fails the step (whose action did run).
             encoded = encode(result, f"result of step {name!r}", self.payload_limit)
@@ -396,7 +402,7 @@ class SagaScope(ScopeCore):
         self._record = cursor.record
         if not planned.template.transactional:  # else recorded with its own writes
             write, event = engine.succeeded(self._record, name, encoded)
-            self._record = self.runner.write(self._record, [write], [event])
+            self._record = self.driver.run(self.flows.write(self._record, [write], [event]))
         faults.point("after_success_commit", name)
         return result
 
@@ -420,7 +426,7 @@ class SagaScope(ScopeCore):
             return
         done = engine.moved(record, SagaStatus.COMPLETED)
         faults.point("before_final_commit", None)
-        self._record = self.runner.write(record, [], [done], SagaStatus.COMPLETED)
+        self._record = self.driver.run(self.flows.write(record, [], [done], SagaStatus.COMPLETED))
         faults.point("after_final_commit", None)
 
     def _unwind(self, error: BaseException | None) -> SagaFailed:
@@ -430,12 +436,16 @@ class SagaScope(ScopeCore):
         record = self._record
         assert record is not None
         if self._failed_step is not None:
-            return self.runner.fail(record, self._failed_step, error or "failed", None)
+            return self.driver.run(
+                self.flows.fail(record, self._failed_step, error or "failed", None)
+            )
         reason = engine.describe(error) if error else "block failed"
         turn = engine.moved(record, SagaStatus.COMPENSATING, reason=reason)
-        record = self.runner.write(record, [], [turn], SagaStatus.COMPENSATING, reason)
+        record = self.driver.run(
+            self.flows.write(record, [], [turn], SagaStatus.COMPENSATING, reason)
+        )
         try:
-            record = self.runner.unwind(record, None)
+            record = self.driver.run(self.flows.unwind(record, None))
         except SagaFailed as failure:
             return failure
         return SagaFailed(record.id, record.status, None)

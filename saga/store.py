@@ -11,7 +11,7 @@ from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import SagaStore
 
 if TYPE_CHECKING:
-    from saga.aio_runner import ThreadedAsyncStore
+    from saga.adapters.threaded_async import ThreadedAsyncStore
 
 DEFAULT_URL = "sqlite:///saga.db"
 _log = logging.getLogger("saga")
@@ -51,7 +51,7 @@ def open_store(url: str | None = None, retry: RetryPolicy = STORE_RETRY) -> Saga
 def async_store(store: SagaStore) -> ThreadedAsyncStore:
     """The async form of ``store``: native async statements for PostgreSQL's hot path
     (creations and commits), the sync store in worker threads for everything else."""
-    from saga.aio_runner import ThreadedAsyncStore
+    from saga.adapters.threaded_async import ThreadedAsyncStore
 
     if getattr(getattr(store, "dialect", None), "name", None) == "postgresql":
         from saga.adapters.sql.pg_async import PostgresAsyncStore

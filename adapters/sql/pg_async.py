@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
+from saga.adapters.threaded_async import ThreadedAsyncStore
 
-from saga.aio_runner import ThreadedAsyncStore
 from saga.errors import LeaseLostError, StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord
 

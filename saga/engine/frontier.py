@@ -1,6 +1,6 @@
 """Which steps of a parallel saga are ready, kept up to date as steps succeed.
 
-:func:`saga.engine.ready` decides from scratch, walking every step of the
+:func:`saga.engine.decisions.ready` decides from scratch, walking every step of the
 saga: the right thing for a few steps, but a fan-out asks after every batch
 of completions, so a saga of ten thousand steps would pay for ten thousand
 steps thousands of times. A :class:`Frontier` gives the same answers (the
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from saga.definition import Saga, Step
-from saga.engine import Complete, GiveUp, RunStep
+from saga.engine.decisions import Complete, GiveUp, RunStep
 from saga.ports import SagaRecord
 from saga.status import StepStatus
 
@@ -58,7 +58,7 @@ class Frontier:
     def ready(
         self, record: SagaRecord, running: Collection[str], limit: int | None = None
     ) -> list[RunStep] | Complete | GiveUp:
-        """What :func:`saga.engine.ready` would answer for ``record`` (whose succeeded
+        """What :func:`saga.engine.decisions.ready` would answer for ``record`` (whose succeeded
         steps are the ones reported to :meth:`succeeded`)."""
         if self.complete:
             return Complete()

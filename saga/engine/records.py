@@ -1,166 +1,34 @@
-"""The sans-I/O engine: what happens next in a saga, and which records say so.
+"""The records of a saga's progress: the step writes and events each decision commits.
 
-Everything here is a pure function of (definition, recorded state, outcome).
-The drivers (``runner.py`` for threads; the async twin) carry the decisions
-out, write the records this module builds, and never decide anything
-themselves.
+Pure functions of (recorded state, outcome); every status change is checked
+against the state machine in :mod:`saga.status` before it is built.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from saga.codec import Encoded
 from saga.definition import Saga
+from saga.engine.decisions import RunStep
 from saga.errors import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH  # re-exported: the stored bound
 from saga.errors import describe_error
-from saga.failure import failing_step
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
-from saga.status import (
-    PIVOT_ACTED,
-    SagaStatus,
-    StepKind,
-    StepStatus,
-    check_saga_move,
-    check_step_move,
-)
-
-_MAY_HAVE_ACTED = (
-    StepStatus.SUCCEEDED,
-    StepStatus.RUNNING,
-    StepStatus.FAILED,
-    StepStatus.IN_DOUBT,
-    StepStatus.COMPENSATING,
-)
+from saga.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
 
 
-@dataclasses.dataclass
-class Cursor:
-    """The latest durable record of a saga, advanced by the writes of a step's retries."""
-
-    record: SagaRecord
+def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
+    """``record`` with ``step`` (same seq) replaced by a newer state of it."""
+    return ahead(record, [StepWrite(step)])
 
 
-# -- decisions -----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RunStep:
-    """Run attempt ``attempt`` of step ``name``."""
-
-    name: str
-    attempt: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Complete:
-    """Every step succeeded."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GiveUp:
-    """Step ``name`` used all its attempts (across crashes) without returning."""
-
-    name: str
-    attempts: int
-
-
-Forward = RunStep | Complete | GiveUp
-
-
-def next_forward(saga: Saga, record: SagaRecord) -> Forward:
-    """The next thing to do going forward, in the definition's order."""
-    decision = ready(saga, record, (), limit=1)
-    return decision[0] if isinstance(decision, list) else decision
-
-
-def ready(
-    saga: Saga, record: SagaRecord, running: Collection[str], limit: int | None = None
-) -> list[RunStep] | Complete | GiveUp:
-    """Steps whose prerequisites all succeeded and that are not running yet.
-
-    ``Complete`` when every step succeeded; ``GiveUp`` when a ready step has
-    used all its attempts; otherwise up to ``limit`` steps to start (an empty
-    list means: wait for a running step).
-    """
-    done = {s.name for s in record.steps if s.status is StepStatus.SUCCEEDED}
-    if len(done) == len(saga.steps):
-        return Complete()
-    deps = saga.dependencies()
-    found: list[RunStep] = []
-    for step in saga.order():
-        if limit is not None and len(found) >= limit:
-            break  # limit 0 (no room left) starts nothing
-        if step.name in done or step.name in running:
-            continue
-        if not all(d in done for d in deps[step.name]):
-            continue
-        recorded = record.step(step.name)
-        attempt = 1 if recorded is None else recorded.attempt + 1
-        if not step.retry.allows(attempt):
-            assert recorded is not None
-            return GiveUp(step.name, recorded.attempt)
-        found.append(RunStep(step.name, attempt))
-    return found
-
-
-def past_pivot(record: SagaRecord) -> bool:
-    """Whether a pivot step succeeded: from then on the saga only goes forward."""
-    return any(s.kind is StepKind.PIVOT and s.status is StepStatus.SUCCEEDED for s in record.steps)
-
-
-def pivot_may_have_acted(record: SagaRecord) -> bool:
-    """Whether a pivot succeeded, started and never reported back (a crash mid-pivot),
-    or was given up without its outcome ever being learnt (``in_doubt``).
-
-    Either way its irreversible effect may exist, so nothing may be unwound:
-    recovery goes forward, re-running an unconfirmed pivot to learn its outcome.
-    """
-    return any(s.kind is StepKind.PIVOT and s.status in PIVOT_ACTED for s in record.steps)
-
-
-def pivot_in_doubt(record: SagaRecord) -> StepRecord | None:
-    """The pivot that was given up without its outcome being learnt, if any."""
-    for step in record.steps:
-        if step.kind is StepKind.PIVOT and step.status is StepStatus.IN_DOUBT:
-            return step
-    return None
-
-
-def no_unwinding(record: SagaRecord, error: BaseException | str) -> str | None:
-    """Why a saga whose step just failed must end ``failed`` instead of unwinding, or None.
-
-    Past its pivot it can only go forward. A pivot that never returned (its
-    attempts ran out across crashes: ``error`` is why it was given up, not an
-    exception it raised) may have acted, so nothing may be unwound either.
-    """
-    if past_pivot(record):
-        return "failed after the pivot"
-    if isinstance(error, str) and pivot_may_have_acted(record):
-        return "the pivot never returned: it may have acted"
-    return None
-
-
-def undo_stack(record: SagaRecord) -> list[StepRecord]:
-    """Steps still to compensate, newest first by completion.
-
-    Every step that may have acted is included (succeeded, in flight, failed),
-    except a failed transactional step (its transaction rolled back) and steps
-    that are never compensated (pivot, retriable). A step still in flight, or
-    finished but not yet reloaded from the store, counts as the newest; ties
-    go by start order. Either way a step is undone before the steps it
-    depended on, since it started after they had finished.
-    """
-    stack = []
-    for step in record.steps:
-        if step.status not in _MAY_HAVE_ACTED or step.kind is not StepKind.COMPENSATABLE:
-            continue
-        if step.transactional and step.status in (StepStatus.FAILED, StepStatus.RUNNING):
-            continue  # its transaction never committed: nothing happened
-        stack.append(step)
-    return sorted(stack, key=_completion, reverse=True)
+def ahead(record: SagaRecord, writes: Iterable[StepWrite]) -> SagaRecord:
+    """``record`` as it will be once step ``writes`` commit (what the next decision sees
+    before they are written: they travel with the next commit)."""
+    steps, names = _with_steps(record, [write.step for write in writes])
+    return _indexed(dataclasses.replace(record, steps=steps), names)
 
 
 def in_completion_order(record: SagaRecord, completed: Iterable[str]) -> SagaRecord:
@@ -177,42 +45,6 @@ def in_completion_order(record: SagaRecord, completed: Iterable[str]) -> SagaRec
             record = with_step(record, step)
         last = step.finished_at if step.finished_at is not None else last
     return record
-
-
-def _completion(step: StepRecord) -> tuple[float, int]:
-    finished = math.inf if step.finished_at is None else step.finished_at
-    return (finished, step.seq)
-
-
-def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
-    """``record`` with ``step`` (same seq) replaced by a newer state of it."""
-    return ahead(record, [StepWrite(step)])
-
-
-def ahead(record: SagaRecord, writes: Iterable[StepWrite]) -> SagaRecord:
-    """``record`` as it will be once step ``writes`` commit (what the next decision sees
-    before they are written: they travel with the next commit)."""
-    steps, names = _with_steps(record, [write.step for write in writes])
-    return _indexed(dataclasses.replace(record, steps=steps), names)
-
-
-def stop_reason(record: SagaRecord) -> str:
-    """Why the store asked a saga (as loaded) to stop at its step boundary."""
-    return "cancel requested" if record.cancel_requested else "deadline passed"
-
-
-def unwound_status(record: SagaRecord) -> SagaStatus:
-    """How a saga ends once everything is undone."""
-    return SagaStatus.CANCELLED if record.cancel_requested else SagaStatus.COMPENSATED
-
-
-def failed_step(record: SagaRecord) -> str | None:
-    """The step whose failure made the saga unwind, if any (see ``failure.failing_step``)."""
-    step = failing_step(record)
-    return None if step is None else step.name
-
-
-# -- records -----------------------------------------------------------------------------
 
 
 def describe(error: BaseException) -> str:

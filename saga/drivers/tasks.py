@@ -1,0 +1,211 @@
+"""The asyncio driver: answers a flow's effects with awaited store calls and tasks.
+
+Store calls go through the async form of the store (``saga.store.async_store``:
+native async statements for PostgreSQL's hot path, worker threads otherwise).
+Async actions are awaited on the caller's event loop, sync ones run in a worker
+thread, and a transactional step runs in a worker thread inside its store
+transaction. Branches are tasks, so unlike threads they can be cancelled: an
+async compensatable step is cancelled when the saga fails or is asked to stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from saga import faults
+from saga.adapters.threaded_async import ThreadedAsyncStore as AsyncSagaStore
+from saga.context import StepContext, entered
+from saga.drivers.threads import ThreadDriver
+from saga.engine.effects import (
+    Action,
+    Branch,
+    Call,
+    CancelInFlight,
+    Effect,
+    Fault,
+    Finished,
+    Flow,
+    Launch,
+    Load,
+    Sleep,
+    Transact,
+    Wait,
+    Waited,
+    Write,
+)
+from saga.engine.forward import cancelled, is_async
+from saga.errors import StepTimeoutError
+
+T = TypeVar("T")
+
+
+class TaskDriver:
+    """Runs flows on an event loop for one ``AsyncCoordinator``."""
+
+    def __init__(self, store: AsyncSagaStore, threads: ThreadDriver) -> None:
+        self.store = store
+        self.threads = threads  # for what only runs in a thread: transactional steps
+        self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
+            Write: lambda effect, _: self.store.commit(effect.change, self.threads.lease_ttl),
+            Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
+            Fault: _fault,
+            Load: lambda effect, _: self.store.load(effect.saga_id),
+            Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
+            Sleep: lambda effect, _: asyncio.sleep(effect.seconds),
+            Launch: _launch,
+            Wait: lambda _, tasks: tasks.wait(),
+            CancelInFlight: _cancel_in_flight,
+        }
+
+    async def run(
+        self, flow: Flow[T], stop: asyncio.Event | None = None, shielded: bool = False
+    ) -> T:
+        """Carry ``flow`` out; ``stop``, once set, tells the flow at its next ``Wait``
+        that a stop was asked for (the lease renewal saw a cancel request or a deadline).
+        ``shielded``: the flow is a step's attempts, whose writes complete even when the
+        caller is cancelled (see :meth:`drive`)."""
+        tasks = _Tasks(self, stop)
+        try:
+            return await self.drive(flow, tasks, shielded)
+        finally:
+            await tasks.abandon()
+
+    async def drive(self, flow: Flow[T], tasks: _Tasks, branch: bool = False) -> T:
+        """Answer ``flow``'s effects until it ends (see ``ThreadDriver.drive``). In a
+        ``branch`` a write completes even when the task is cancelled meanwhile, and the
+        flow takes its result: the branch's record must say what the store holds,
+        since a cancelled step is then recorded (failed) from it."""
+        reply: Any = None
+        error: Exception | None = None
+        try:
+            while True:
+                try:
+                    effect = flow.send(reply) if error is None else flow.throw(error)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                try:
+                    if branch and type(effect) is Write:
+                        reply = await self._shielded_write(effect, flow)
+                    else:
+                        reply = await self._answer(effect, tasks)
+                    error = None
+                except Exception as raised:  # noqa: BLE001 - handed to the flow
+                    reply, error = None, raised
+        finally:
+            flow.close()
+
+    def _answer(self, effect: Effect, tasks: _Tasks) -> Awaitable[Any]:
+        return self._answers[type(effect)](effect, tasks)
+
+    async def _shielded_write(self, effect: Write, flow: Flow[Any]) -> bool | None:
+        writing = asyncio.ensure_future(self.store.commit(effect.change, self.threads.lease_ttl))
+        try:
+            return await asyncio.shield(writing)
+        except asyncio.CancelledError:
+            stop = await writing
+            with contextlib.suppress(StopIteration):
+                flow.send(stop)  # the flow takes what the store now holds, then stops
+            raise
+
+
+class _Tasks:
+    """The branches of one flow in flight, as tasks."""
+
+    def __init__(self, driver: TaskDriver, stop: asyncio.Event | None) -> None:
+        self.driver = driver
+        self.running: dict[asyncio.Task[Finished], Branch] = {}
+        self.cancelled_at: dict[str, float] = {}
+        self.why_cancelled = "cancelled"
+        self._stop = stop
+        self._stop_waiter: asyncio.Task[bool] | None = None
+
+    def launch(self, branches: tuple[Branch, ...]) -> None:
+        for branch in branches:
+            task = asyncio.create_task(self._branch(branch), name=f"saga-step-{branch.name}")
+            self.running[task] = branch
+
+    async def _branch(self, branch: Branch) -> Finished:
+        try:
+            return await self.driver.drive(branch.flow, self, branch=True)
+        except asyncio.CancelledError:
+            self.cancelled_at[branch.name] = time.monotonic()  # its place in the order
+            raise
+
+    async def wait(self) -> Waited:
+        waiting: set[asyncio.Future[Any]] = set(self.running)
+        if self._stop is not None:
+            if self._stop_waiter is None:
+                self._stop_waiter = asyncio.ensure_future(self._stop.wait())
+            waiting.add(self._stop_waiter)
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        stop_requested = self._stop_waiter is not None and self._stop_waiter in done
+        if stop_requested:
+            assert self._stop is not None
+            self._stop.clear()
+            self._stop_waiter = None
+        finished = [self._finished(task) for task in done if task in self.running]
+        return Waited(sorted(finished, key=_ended), stop_requested)
+
+    def _finished(self, task: asyncio.Future[Any]) -> Finished:
+        """How a finished task ended; a cancelled one counts as a failed attempt."""
+        branch = self.running.pop(task)  # type: ignore[call-overload]
+        if task.cancelled():
+            at = self.cancelled_at.get(branch.name, time.monotonic())
+            return cancelled(branch, self.why_cancelled, at)
+        result: Finished = task.result()  # a lost lease or a dead database propagates
+        return result
+
+    def cancel_in_flight(self, why: str) -> None:
+        self.why_cancelled = why
+        for task, branch in self.running.items():
+            if branch.cancellable:
+                task.cancel()
+
+    async def abandon(self) -> None:
+        """Leaving early (a lost lease, a dead database, the caller cancelled): stop
+        waiting for the steps in flight; recovery finishes the saga."""
+        if self._stop_waiter is not None:
+            self._stop_waiter.cancel()
+        tasks = list(self.running)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _fault(effect: Fault, _: _Tasks) -> None:
+    faults.point(effect.point, effect.step)
+
+
+async def _launch(effect: Launch, tasks: _Tasks) -> None:
+    tasks.launch(effect.branches)
+
+
+async def _cancel_in_flight(effect: CancelInFlight, tasks: _Tasks) -> None:
+    tasks.cancel_in_flight(effect.why)
+
+
+def _ended(finished: Finished) -> float:
+    return finished.ended
+
+
+async def call(action: Action, context: StepContext, timeout: float | None = None) -> Any:
+    """Run ``action`` as the current step: awaited if async, in a thread if not."""
+    with entered(context):
+        running = action(context) if is_async(action) else asyncio.to_thread(action, context)
+        scope = asyncio.timeout(timeout)
+        try:
+            async with scope:
+                result = await running
+        except TimeoutError:
+            if timeout is not None and scope.expired():
+                raise StepTimeoutError(context.step, timeout) from None
+            raise
+        if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
+            result = await result
+        return result

@@ -1,0 +1,185 @@
+"""The thread driver: answers a flow's effects with store calls and threads.
+
+A flow runs in the caller's thread. Its branches (the steps of a declarative
+saga) run in a thread pool when several are in flight at once; a single step
+runs in the caller's thread, so a saga that runs one step at a time never
+hands work to another thread. A step with a timeout runs in a thread of its
+own, waited for that long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import dataclasses
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
+
+from saga import faults
+from saga.context import StepContext, entered
+from saga.engine.effects import (
+    Action,
+    Branch,
+    Call,
+    CancelInFlight,
+    Effect,
+    Fault,
+    Finished,
+    Flow,
+    Launch,
+    Load,
+    Sleep,
+    Transact,
+    Wait,
+    Waited,
+    Write,
+)
+from saga.errors import StepTimeoutError
+from saga.ports import SagaStore
+
+T = TypeVar("T")
+
+# Branch threads are created as needed and reused; the flow bounds how many run at
+# once (a saga's max_concurrency), so this only caps a pool no saga can fill.
+_MAX_BRANCH_THREADS = 1024
+
+
+class ThreadDriver:
+    """Runs flows against a sync store for one coordinator."""
+
+    def __init__(self, store: SagaStore, lease_ttl: float) -> None:
+        self.store = store
+        self.lease_ttl = lease_ttl
+        self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
+            Write: lambda effect, _: self.store.commit(effect.change, self.lease_ttl),
+            Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
+            Fault: lambda effect, _: faults.point(effect.point, effect.step),
+            Load: lambda effect, _: self.store.load(effect.saga_id),
+            Transact: lambda effect, _: self.transact(effect),
+            Sleep: lambda effect, _: time.sleep(effect.seconds),
+            Launch: lambda effect, branches: branches.launch(effect.branches),
+            Wait: lambda _, branches: branches.wait(),
+            CancelInFlight: lambda _, __: None,  # a thread cannot be stopped: waited for
+        }
+
+    def run(self, flow: Flow[T]) -> T:
+        """Carry ``flow`` out and return what it returns (or raise what it raises)."""
+        branches = _Branches(self)
+        try:
+            return self.drive(flow, branches)
+        finally:
+            branches.close()
+
+    def drive(self, flow: Flow[T], branches: _Branches) -> T:
+        """Answer ``flow``'s effects until it ends; an effect's error is thrown into the
+        flow at its ``yield``, which decides what it means."""
+        reply: Any = None
+        error: Exception | None = None
+        try:
+            while True:
+                try:
+                    effect = flow.send(reply) if error is None else flow.throw(error)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                try:
+                    reply, error = self._answer(effect, branches), None
+                except Exception as raised:  # noqa: BLE001 - handed to the flow
+                    reply, error = None, raised
+        finally:
+            flow.close()
+
+    def _answer(self, effect: Effect, branches: _Branches) -> Any:
+        return self._answers[type(effect)](effect, branches)
+
+    def transact(self, effect: Transact) -> tuple[Any, bool | None]:
+        """Run a transactional action with the store's session, its outcome committed in
+        the same transaction; (its result, must the saga stop)."""
+
+        def work(session: Any) -> Any:
+            return call(effect.action, dataclasses.replace(effect.context, session=session))
+
+        return self.store.transact(work, effect.outcome, self.lease_ttl)
+
+
+class _Branches:
+    """The branches of one flow in flight: in a pool, or one deferred to run in the
+    caller's thread at the next ``Wait`` when it is the only one."""
+
+    def __init__(self, driver: ThreadDriver) -> None:
+        self._driver = driver
+        self._pool: ThreadPoolExecutor | None = None
+        self._deferred: list[Branch] = []
+        self._futures: set[Future[Finished]] = set()
+
+    def launch(self, branches: tuple[Branch, ...]) -> None:
+        if not self._futures and not self._deferred and len(branches) == 1:
+            self._deferred.append(branches[0])
+            return
+        for branch in [*self._deferred, *branches]:
+            self._futures.add(self._submit(branch))
+        self._deferred = []
+
+    def _submit(self, branch: Branch) -> Future[Finished]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(_MAX_BRANCH_THREADS, thread_name_prefix="saga-step")
+        return self._pool.submit(self._driver.drive, branch.flow, self)
+
+    def wait(self) -> Waited:
+        if self._deferred:  # nothing else in flight: run it here
+            return Waited([self._driver.drive(self._deferred.pop().flow, self)])
+        done, self._futures = wait(self._futures, return_when=FIRST_COMPLETED)
+        # result() re-raises what ended a branch early (a lost lease, a dead database).
+        return Waited(sorted((future.result() for future in done), key=_ended))
+
+    def close(self) -> None:
+        """Wait for the branches still in flight (a thread cannot be stopped)."""
+        for branch in self._deferred:
+            branch.flow.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _ended(finished: Finished) -> float:
+    return finished.ended
+
+
+def call(action: Action, context: StepContext, timeout: float | None = None) -> Any:
+    """Run ``action`` as the current step; give up waiting after ``timeout`` seconds."""
+    if timeout is None:
+        with entered(context):
+            return _awaited(action(context))
+    outcome: dict[str, Any] = {}
+    snapshot = contextvars.copy_context()
+
+    def target() -> None:
+        with entered(context):
+            try:
+                outcome["result"] = _awaited(action(context))
+            except BaseException as error:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = error
+
+    thread = threading.Thread(target=snapshot.run, args=(target,), daemon=True)
+    thread.name = f"saga-step-{context.step}"
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise StepTimeoutError(context.step, timeout)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def _awaited(result: Any) -> Any:
+    """An async step or compensation driven to its end when the thread driver runs it
+    (for example ``saga recover`` finishing a saga whose steps are coroutines)."""
+    if not inspect.isawaitable(result):
+        return result
+
+    async def wait_for_it() -> Any:
+        return await result
+
+    return asyncio.run(wait_for_it())

@@ -1,0 +1,207 @@
+"""One step's attempts: each retry made durable before it runs, tenacity deciding.
+
+tenacity's own state machine (``Retrying.iter``) decides whether and how long to
+wait before the next attempt; the flow yields the wait as a ``Sleep`` instead of
+sleeping, so the thread driver sleeps and the asyncio driver awaits, with one
+retry loop for both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import tenacity
+
+from saga.codec import decode, encode
+from saga.context import StepContext
+from saga.engine import records
+from saga.engine.decisions import Cursor
+from saga.engine.effects import Action, Call, Fault, Flow, Sleep, Transact, write
+from saga.policy import RetryPolicy
+from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga.status import StepStatus
+
+Outcome = Callable[[SagaRecord, str, Any], tuple[StepWrite, Event]]
+"""What a transactional action commits with its own writes, given its result."""
+
+
+class Retries:
+    """tenacity's decision after each failed attempt: how long to wait, or give up."""
+
+    def __init__(self, policy: RetryPolicy, attempts_used: int) -> None:
+        self._retrying = policy.retrying(attempts_used)
+        self._retrying.begin()
+        self._state = tenacity.RetryCallState(self._retrying, None, (), {})
+        self._retrying.iter(self._state)  # the first attempt: always made
+
+    def after(self, error: BaseException) -> float:
+        """The wait before the next attempt, once an attempt failed with ``error``;
+        raises ``error`` when the policy gives up (tenacity re-raises it)."""
+        self._state.set_exception((type(error), error, error.__traceback__))
+        decision = self._retrying.iter(self._state)
+        assert isinstance(decision, tenacity.DoSleep), decision
+        self._state.prepare_for_next_attempt()
+        return float(decision)
+
+
+def attempts(
+    cursor: Cursor,
+    name: str,
+    attempt: int,
+    policy: RetryPolicy,
+    timeout: float | None,
+    action: Action,
+    data: Any = None,
+    transactional: bool = False,
+    payload_limit: int = 0,
+) -> Flow[Any]:
+    """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first.
+
+    Attempt ``attempt`` is already recorded as started. A transactional action runs
+    inside a store transaction that also records its success (``payload_limit``
+    bounds the result stored with it): ``cursor.record`` then shows it succeeded.
+    """
+    # The first attempt runs outside tenacity, so that the usual case (it succeeds)
+    # costs no retry machinery; its error is handed to tenacity, which decides.
+    number, began = attempt, time.monotonic()
+    try:
+        return (
+            yield from _attempt(
+                cursor, name, number, timeout, action, data, payload_limit, transactional
+            )
+        )
+    except Exception as error:
+        failure = error
+    retries = Retries(policy, attempt - 1)
+    while True:
+        took = time.monotonic() - began  # how long the attempt ran, apart from the wait after
+        yield Sleep(retries.after(failure))
+        number += 1
+        start = records.start(cursor.record, recorded(cursor.record, name), number)
+        events = records.started_event(start, records.describe(failure), took)
+        cursor.record = yield from write(cursor.record, [start], events)
+        began = time.monotonic()
+        try:
+            return (
+                yield from _attempt(
+                    cursor, name, number, timeout, action, data, payload_limit, transactional
+                )
+            )
+        except Exception as error:
+            failure = error
+
+
+def _attempt(
+    cursor: Cursor,
+    name: str,
+    number: int,
+    timeout: float | None,
+    action: Action,
+    data: Any,
+    payload_limit: int,
+    transactional: bool,
+) -> Flow[Any]:
+    """Attempt ``number`` of step ``name``'s action (its start is already durable)."""
+    context = context_for(cursor.record, name, number, data)
+    if transactional:
+        result = yield from in_transaction(cursor, context, action, succeeded_with(payload_limit))
+    else:
+        result = yield Call(action, context, timeout)
+    yield Fault("after_action", name)
+    return result
+
+
+def in_transaction(
+    cursor: Cursor, context: StepContext, action: Action, outcome: Outcome
+) -> Flow[Any]:
+    """Run ``action`` with ``context.session`` in the transaction that records ``outcome``
+    (its success, or its compensation done); advance ``cursor``."""
+    name = context.step
+    change: list[Commit] = []
+
+    def record_outcome(result: Any) -> Commit:
+        write, event = outcome(cursor.record, name, result)
+        change.append(records.commit(cursor.record, [write], [event]))
+        return change[-1]
+
+    result, stop = yield Transact(action, context, record_outcome)
+    cursor.record = records.apply(cursor.record, change[-1], stop)
+    return result
+
+
+def succeeded_with(payload_limit: int) -> Outcome:
+    """The success record of a transactional step, its result bounded by ``payload_limit``."""
+
+    def succeeded(record: SagaRecord, name: str, result: Any) -> tuple[StepWrite, Event]:
+        encoded = encode(result, f"result of step {name!r}", payload_limit)
+        return records.succeeded(record, name, encoded)
+
+    return succeeded
+
+
+def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:
+    """What a transactional compensation commits with its own writes: "compensated"."""
+    return records.undone(record, name)
+
+
+def context_for(record: SagaRecord, name: str, attempt: int, data: Any) -> StepContext:
+    """What attempt ``attempt`` of step ``name`` is told about itself."""
+    return StepContext(
+        saga_id=record.id,
+        saga_name=record.name,
+        step=name,
+        attempt=attempt,
+        epoch=record.epoch,
+        data=data,
+        results=StepResults(record),
+    )
+
+
+def undo_context(record: SagaRecord, name: str) -> StepContext:
+    """What a compensation of step ``name`` is told: its forward result as well."""
+    step = recorded(record, name)
+    result = decode(step.result) if step.result is not None else None
+    return dataclasses.replace(
+        context_for(record, name, step.undo_attempt, decode(record.input)),
+        result=result,
+        compensating=True,
+    )
+
+
+class StepResults(Mapping[str, Any]):
+    """``ctx.results``: a read-only mapping that decodes a result only when asked for it,
+    so a step of a 10,000-step saga does not decode 10,000 results it never reads."""
+
+    def __init__(self, record: SagaRecord) -> None:
+        self._record = record
+
+    def _done(self, name: str) -> StepRecord | None:
+        step = self._record.step(name)
+        if step is None or step.status is not StepStatus.SUCCEEDED or step.result is None:
+            return None
+        return step
+
+    def __getitem__(self, name: str) -> Any:
+        step = self._done(name)
+        if step is None:
+            raise KeyError(name)
+        return decode(step.result)
+
+    def __iter__(self) -> Iterator[str]:
+        return (s.name for s in self._record.steps if self._done(s.name) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def recorded(record: SagaRecord, name: str) -> StepRecord:
+    """Step ``name`` as ``record`` holds it (it must be recorded)."""
+    step = record.step(name)
+    assert step is not None, name
+    return step

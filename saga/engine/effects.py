@@ -1,0 +1,154 @@
+"""What a flow asks its driver to do, and what the driver answers.
+
+A flow is a generator: it yields an effect, the driver carries it out and
+sends the answer back (or throws the error the effect raised into the flow, at
+the ``yield``). Flows hold every decision; the two drivers
+(:mod:`saga.drivers.threads`, :mod:`saga.drivers.tasks`) only answer effects,
+each in its own way: a store call or an awaited one, a thread or a task.
+
+=================  ==========================================================
+effect             the driver's answer
+=================  ==========================================================
+``Write``          commits the fenced change; answers the store's "must this
+                   saga stop?" (a cancel request or a passed deadline)
+``Load``           the saga as stored, or None
+``Call``           runs an action or compensation as the current step (with
+                   a timeout, when it has one); answers its result
+``Transact``       runs an action inside a store transaction that also
+                   commits the change the effect's ``outcome`` builds;
+                   answers (result, must stop)
+``Sleep``          waits that many seconds (a retry's backoff)
+``Fault``          a named crash point (``saga.faults``); answers None
+``Launch``         starts branch flows, to run concurrently; answers None
+``Wait``           waits until at least one branch ended; answers ``Waited``
+``CancelInFlight`` cancels the branches that may be cancelled (asyncio tasks
+                   of async compensatable actions; a thread cannot be
+                   stopped); answers None
+=================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, TypeVar
+
+from saga.codec import Encoded
+from saga.context import StepContext
+from saga.engine import records
+from saga.engine.decisions import Cursor
+from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga.status import SagaStatus
+
+T = TypeVar("T")
+
+Action = Callable[[StepContext], Any]
+"""A step's action or compensation, as the drivers call it."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Write:
+    change: Commit
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Load:
+    saga_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Call:
+    action: Action
+    context: StepContext
+    timeout: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Transact:
+    action: Action
+    context: StepContext
+    outcome: Callable[[Any], Commit]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fault:
+    point: str
+    step: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Finished:
+    """How one branch ended: its step's latest record, and its encoded result (None for
+    a transactional step, whose success committed with its writes) or its error (a
+    text when there was no exception: it was cancelled)."""
+
+    step: StepRecord
+    encoded: Encoded | None
+    error: BaseException | str | None
+    ended: float  # on the monotonic clock: the order in which branches ended
+
+    @property
+    def name(self) -> str:
+        return self.step.name
+
+
+@dataclasses.dataclass(slots=True)
+class Branch:
+    """A step to run beside others: its flow, the cursor that flow advances (what the
+    store holds for the step, read when the branch is cancelled), and whether a driver
+    may cancel it."""
+
+    name: str
+    flow: Flow[Finished]
+    cursor: Cursor
+    cancellable: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Launch:
+    branches: tuple[Branch, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Wait:
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Waited:
+    """What ended (in the order it ended), and whether a stop was asked for meanwhile
+    (the asyncio driver's lease renewal saw a cancel request or a passed deadline)."""
+
+    finished: list[Finished]
+    stop_requested: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelInFlight:
+    why: str
+
+
+Effect = Write | Load | Call | Transact | Sleep | Fault | Launch | Wait | CancelInFlight
+
+Flow = Generator[Effect, Any, T]
+"""A flow that ends with a ``T``."""
+
+WAIT = Wait()
+
+
+def write(
+    record: SagaRecord,
+    writes: Sequence[StepWrite] = (),
+    events: Sequence[Event] = (),
+    status: SagaStatus | None = None,
+    error: str | None = None,
+) -> Flow[SagaRecord]:
+    """Commit changes to ``record`` (fenced) and return the record as it now stands."""
+    change = records.commit(record, writes, events, status, error)
+    stop = yield Write(change)
+    return records.apply(record, change, stop)
