@@ -76,7 +76,7 @@ class Coordinator:
         self.resolver = Resolver(trusted_modules)
         self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.flows = Flows(payload_limit, self.resolver)
-        self.driver = ThreadDriver(self.store, lease_ttl)
+        self.driver = ThreadDriver(self.store, lease_ttl, self.heartbeat)
         self._sagas = versions.Registry()
 
     def __repr__(self) -> str:

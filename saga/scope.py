@@ -1,267 +1,37 @@
-"""Context-manager sagas: ``with coord.saga(name, key=...) as s: s.step(fn, ...)``.
+"""``with coord.saga(name, key=...) as s: s.step(fn, ...)``: the thread driver's scope.
 
-Each ``s.step`` stores the import paths of its function and compensation and
-its JSON arguments, so that any process can compensate the saga. Re-entering
-the block with the same key continues the same saga: steps already done
-return their recorded results without running again. ``s.parallel(s.call(...),
-...)`` runs several steps at once (see ``saga/parallel.py``).
+A shell: ``ScopeCore`` (:mod:`saga.engine.scope`) plans each call and
+:class:`~saga.engine.scope_flows.ScopeFlows` says what it does; this class runs
+those flows with the coordinator's thread driver.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import uuid
-from collections import Counter
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from saga import engine, faults, operations
-from saga.codec import MAX_KEY_BYTES, check_name, decode, encode
-from saga.engine import Cursor
-from saga.engine.attempts import StepResults
-from saga.errors import (
-    INFRASTRUCTURE_ERRORS,
-    DefinitionError,
-    OperationRefusedError,
-    SagaFailed,
-)
-from saga.failure import recorded_failure
-from saga.lease import Heartbeat
-from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
-from saga.ports import Event, SagaRecord, StepRecord, StepWrite
-from saga.refs import reference_of
-from saga.status import SagaStatus, StepKind, StepStatus
-
-if TYPE_CHECKING:
-    from saga.coordinator import Coordinator
-    from saga.parallel import StepCall
+from saga import engine, operations
+from saga.drivers.threads import ThreadDriver
+from saga.engine.flows import Flows
+from saga.engine.scope import ScopeCore, StepCall
+from saga.engine.scope_flows import ScopeFlows
+from saga.errors import SagaFailed
+from saga.policy import RetryPolicy
+from saga.ports import Event, SagaRecord, SagaStore
+from saga.status import SagaStatus
+from saga.views import SagaView
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlannedStep:
-    """What an ``s.step(...)`` call must do: run ``template`` as attempt ``attempt``."""
+class ScopeHost(Protocol):
+    """What a scope needs of its coordinator."""
 
-    template: StepRecord
-    attempt: int
-    policy: RetryPolicy
+    owner: str
+    lease_ttl: float
+    store: SagaStore
+    flows: Flows
+    driver: ThreadDriver
 
-
-class ScopeCore:
-    """What the sync and async context-manager sagas share: everything but I/O."""
-
-    def __init__(
-        self,
-        owner: str,
-        payload_limit: int,
-        name: str,
-        key: str | None,
-        deadline: float | None = None,
-    ) -> None:
-        check_name(name, "saga name")  # refused on every backend alike, before any write
-        if key is not None:
-            check_name(key, "key", MAX_KEY_BYTES)
-        self.owner = owner
-        self.deadline = deadline
-        self.payload_limit = payload_limit
-        self.name = name
-        self.key = key
-        self.id = str(uuid.uuid4())
-        self._record: SagaRecord | None = None
-        self._calls = 0
-        self._names: Counter[str] = Counter()
-        self._taken: set[str] = set()
-        self._failed_step: str | None = None
-        self._failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
-        self._holding: Any = None
-        self._result: Any = None
-
-    @property
-    def status(self) -> SagaStatus | None:
-        return None if self._record is None else self._record.status
-
-    @property
-    def results(self) -> dict[str, Any]:
-        """Results of the steps done so far, by step name."""
-        return {} if self._record is None else dict(StepResults(self._record))
-
-    def _continues(self, existing: SagaRecord | None) -> bool:
-        """Take over what an earlier run with this key recorded; True if it must be claimed
-        (to continue it, or, if a crash interrupted its unwinding, to finish that)."""
-        if existing is None:
-            return False
-        self.id = existing.id
-        if existing.kind != "imperative":
-            raise OperationRefusedError(
-                existing.id, f"saga {self.name!r} key {self.key!r} is a declarative saga"
-            )
-        if existing.status is SagaStatus.COMPLETED:
-            self._record = existing
-            return False
-        if existing.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
-            raise recorded_failure(existing)  # as the first run raised it, rebuilt
-        return True  # running: continue it; compensating (a crash mid-unwind): finish that
-
-    def _plan(
-        self,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        compensate: Any,
-        transactional: bool,
-        retry: RetryPolicy | None,
-        step_name: str | None,
-    ) -> PlannedStep | None:
-        """Check and record the call; None when the step already succeeded (see ``_result``)."""
-        action_ref = reference_of(fn, "step function")
-        undo_ref = None if compensate is None else reference_of(compensate, "compensation")
-        name = self._next_name(step_name or fn.__name__)
-        check_name(name, "step name")
-        arguments = encode(
-            {"args": list(args), "kwargs": kwargs},
-            f"arguments of step {name!r}",
-            self.payload_limit,
-        )
-        self._calls += 1
-        recorded = self._replayed(self._calls, name, arguments.digest, action_ref)
-        if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
-            self._result = decode(recorded.result)
-            return None
-        self._refuse_unless_running()
-        template = StepRecord(
-            name=name,
-            seq=self._calls,
-            status=StepStatus.PENDING,
-            attempt=0,
-            kind=StepKind.COMPENSATABLE,
-            transactional=transactional,
-            action_ref=action_ref,
-            compensation_ref=undo_ref,
-            args=arguments.text,
-            input_digest=arguments.digest,
-        )
-        attempt = 1 if recorded is None else recorded.attempt + 1
-        return PlannedStep(template, attempt, retry or DEFAULT_STEP_RETRY)
-
-    def _gave_up(self, planned: PlannedStep) -> str | None:
-        """Why the step may not run again: attempts count across crashes."""
-        if self._record is None or planned.policy.allows(planned.attempt):
-            return None
-        self._failed_step = planned.template.name
-        return f"gave up after {planned.attempt - 1} attempts that never returned"
-
-    def _new_record(self) -> SagaRecord:
-        return SagaRecord(
-            id=self.id,
-            name=self.name,
-            key=self.key,
-            kind="imperative",
-            status=SagaStatus.RUNNING,
-            input=None,
-            version=None,
-            owner=self.owner,
-            epoch=1,
-            deadline=self.deadline,
-        )
-
-    def _start_writes(self, *group: PlannedStep) -> tuple[list[StepWrite], list[Event]]:
-        starts: list[StepWrite] = []
-        events: list[Event] = []
-        for planned in group:
-            start = engine.start(self._record, planned.template, planned.attempt)
-            starts.append(start)
-            events.extend(engine.started_event(start))
-        return starts, events
-
-    def call(
-        self,
-        fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        **kwargs: Any,
-    ) -> StepCall:
-        """A step for :meth:`parallel`, with the arguments ``step`` takes; runs nothing."""
-        from saga.parallel import StepCall
-
-        return StepCall(fn, args, kwargs, compensate, transactional, retry, timeout, step_name)
-
-    def _unwinds(self, error: BaseException | None) -> bool:
-        """Whether leaving the block must unwind the saga."""
-        if self._record is None:  # nothing recorded, no saga: the error propagates as it is
-            return False
-        if error is None:
-            return self._failed_step is not None
-        if not isinstance(error, Exception):  # KeyboardInterrupt & co: leave it to recovery
-            return False
-        return not isinstance(error, (*INFRASTRUCTURE_ERRORS, SagaFailed))
-
-    def _settled(self) -> SagaFailed | None:
-        """The failure to raise without touching the store, when nothing is left to unwind."""
-        record = self._record
-        if record is None:  # nothing was recorded, so nothing to undo
-            return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
-        if self._failure is not None:  # s.parallel unwound the saga already: what that said
-            return self._failure
-        if record.status is not SagaStatus.RUNNING:
-            return SagaFailed(record.id, record.status, self._failed_step)
-        return None
-
-    @property
-    def _heartbeat(self) -> Heartbeat:
-        raise NotImplementedError
-
-    def _hold(self) -> None:
-        """Keep this saga's lease alive until the block is left."""
-        assert self._record is not None
-        self._holding = self._heartbeat.holding(self._record.id, self._record.epoch)
-        self._holding.__enter__()
-
-    def _release(self) -> None:
-        if self._holding is not None:
-            self._holding.__exit__(None, None, None)
-            self._holding = None
-
-    def _next_name(self, base: str) -> str:
-        # Names stay distinct within a saga (no index enforces it since schema 0003): a
-        # repeated name is numbered, skipping any number an explicit name already took.
-        self._names[base] += 1
-        name = base if self._names[base] == 1 else f"{base}#{self._names[base]}"
-        while name in self._taken:
-            self._names[base] += 1
-            name = f"{base}#{self._names[base]}"
-        self._taken.add(name)
-        return name
-
-    def _replayed(
-        self, seq: int, name: str, input_digest: str, action_ref: str
-    ) -> StepRecord | None:
-        """The recorded step this call continues, checked to be the same call."""
-        if self._record is None:
-            return None
-        recorded = next((s for s in self._record.steps if s.seq == seq), None)
-        if recorded is None:
-            return None
-        call = (recorded.name, recorded.input_digest, recorded.action_ref)
-        if call != (name, input_digest, action_ref):
-            raise DefinitionError(
-                f"saga {self.id}: call {seq} is {name!r} ({action_ref}) with these arguments, "
-                f"but the saga recorded {recorded.name!r} ({recorded.action_ref}) with others; "
-                "the block must make the same calls in the same order when it is re-entered"
-            )
-        return recorded
-
-    def _refuse_unless_running(self) -> None:
-        if self._record is not None and self._record.status is not SagaStatus.RUNNING:
-            raise OperationRefusedError(
-                self.id, f"saga {self.id} is {self._record.status.value}; no new step can start"
-            )
-        if self._failed_step is not None:
-            raise OperationRefusedError(
-                self.id, f"saga {self.id} is unwinding since step {self._failed_step!r} failed"
-            )
+    def _unwind(self, record: SagaRecord, saga: None, fresh: bool = False) -> SagaView: ...
 
 
 class SagaScope(ScopeCore):
@@ -269,16 +39,15 @@ class SagaScope(ScopeCore):
 
     def __init__(
         self,
-        coordinator: Coordinator,
+        coordinator: ScopeHost,
         name: str,
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        limit = coordinator.flows.payload_limit
-        super().__init__(coordinator.owner, limit, name, key, deadline)
+        super().__init__(coordinator.owner, coordinator.flows.payload_limit, name, key, deadline)
         self.coordinator = coordinator
-        self.flows = coordinator.flows
         self.driver = coordinator.driver
+        self._flows = ScopeFlows(self, coordinator.flows.resolver)
 
     def __enter__(self) -> SagaScope:
         if self.key is None:
@@ -294,7 +63,7 @@ class SagaScope(ScopeCore):
             )
             if self._record.status is SagaStatus.COMPENSATING:
                 raise self._finish_unwinding(self._record)
-            self._hold()
+            self._holding = self.driver.hold(self._record)
         return self
 
     def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
@@ -321,14 +90,8 @@ class SagaScope(ScopeCore):
         planned = self._plan(fn, args, kwargs, compensate, transactional, retry, step_name)
         if planned is None:
             return self._result
-        reason = self._gave_up(planned)
-        if reason is not None:
-            assert self._record is not None
-            raise self.driver.run(
-                self.flows.fail(self._record, planned.template.name, reason, None)
-            )
-        self._begin(planned)
-        return self._run(planned, timeout, fn, args, kwargs)
+        action = lambda _context: fn(*args, **kwargs)  # noqa: E731 - sync, even for async fn
+        return self.driver.run(self._flows.step(planned, action, timeout))
 
     def parallel(self, *calls: StepCall) -> list[Any]:
         """Run ``s.call(...)`` steps at once, in threads; their results, in order.
@@ -337,74 +100,7 @@ class SagaScope(ScopeCore):
         others are waited for, everything that may have acted is compensated
         (newest first by completion) and the first error is raised.
         """
-        from saga.parallel import run_group
-
-        return run_group(self, calls)
-
-    def _begin(self, *group: PlannedStep) -> None:
-        """Make the start of the step(s) durable (creating the saga with the first ones)."""
-        starts, events = self._start_writes(*group)
-        faults.point("before_start_commit", group[0].template.name)
-        if self._record is None:
-            self._create(starts, events)
-        else:
-            self._record = self.driver.run(self.flows.write(self._record, starts, events))
-        faults.point("after_start_commit", group[0].template.name)
-        if self._record is not None and self._record.stop:
-            raise self.driver.run(
-                self.flows.cancelled(self._record, None, [p.template.name for p in group])
-            )
-
-    def _create(self, starts: list[StepWrite], events: list[Event]) -> None:
-        record = self._new_record()
-        change = engine.commit(record, starts, [Event("saga_started"), *events])
-        ttl = self.coordinator.lease_ttl
-        stored, created = self.coordinator.store.create(record, change, ttl)
-        if not created:
-            raise OperationRefusedError(
-                stored.id,
-                f"saga {self.name!r} key {self.key!r} was started by another process meanwhile",
-            )
-        self._record = engine.apply(record, change)
-        self._hold()
-
-    def _run(
-        self,
-        planned: PlannedStep,
-        timeout: float | None,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        assert self._record is not None
-        name = planned.template.name
-        cursor = Cursor(self._record)
-        try:
-            result = self.driver.run(
-                self.flows.attempts(
-                    cursor,
-                    name,
-                    planned.attempt,
-                    planned.policy,
-                    timeout,
-                    lambda _context: fn(*args, **kwargs),
-                    transactional=planned.template.transactional,
-                )
-            )
-            # A result that cannot be stored fails the step (whose action did run).
-            encoded = encode(result, f"result of step {name!r}", self.payload_limit)
-        except INFRASTRUCTURE_ERRORS:
-            raise
-        except Exception:
-            self._record = cursor.record
-            self._failed_step = name
-            raise
-        self._record = cursor.record
-        if not planned.template.transactional:  # else recorded with its own writes
-            write, event = engine.succeeded(self._record, name, encoded)
-            self._record = self.driver.run(self.flows.write(self._record, [write], [event]))
-        faults.point("after_success_commit", name)
-        return result
+        return self.driver.run(self._flows.parallel(calls))
 
     def __exit__(
         self,
@@ -414,42 +110,8 @@ class SagaScope(ScopeCore):
     ) -> None:
         try:
             if error is None and self._failed_step is None:
-                self._complete()
+                self.driver.run(self._flows.complete())
             elif self._unwinds(error):
-                raise self._unwind(error) from error
+                raise self.driver.run(self._flows.unwind(error)) from error
         finally:
             self._release()
-
-    def _complete(self) -> None:
-        record = self._record
-        if record is None or record.status is not SagaStatus.RUNNING:
-            return
-        done = engine.moved(record, SagaStatus.COMPLETED)
-        faults.point("before_final_commit", None)
-        self._record = self.driver.run(self.flows.write(record, [], [done], SagaStatus.COMPLETED))
-        faults.point("after_final_commit", None)
-
-    def _unwind(self, error: BaseException | None) -> SagaFailed:
-        settled = self._settled()
-        if settled is not None:
-            return settled
-        record = self._record
-        assert record is not None
-        if self._failed_step is not None:
-            return self.driver.run(
-                self.flows.fail(record, self._failed_step, error or "failed", None)
-            )
-        reason = engine.describe(error) if error else "block failed"
-        turn = engine.moved(record, SagaStatus.COMPENSATING, reason=reason)
-        record = self.driver.run(
-            self.flows.write(record, [], [turn], SagaStatus.COMPENSATING, reason)
-        )
-        try:
-            record = self.driver.run(self.flows.unwind(record, None))
-        except SagaFailed as failure:
-            return failure
-        return SagaFailed(record.id, record.status, None)
-
-    @property
-    def _heartbeat(self) -> Heartbeat:
-        return self.coordinator.heartbeat

@@ -26,10 +26,12 @@ from saga.engine.effects import (
     Branch,
     Call,
     CancelInFlight,
+    Create,
     Effect,
     Fault,
     Finished,
     Flow,
+    Hold,
     Launch,
     Load,
     Sleep,
@@ -55,6 +57,10 @@ class TaskDriver:
             Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
             Fault: _fault,
             Load: lambda effect, _: self.store.load(effect.saga_id),
+            Create: lambda effect, _: self.store.create(
+                effect.record, effect.first, self.threads.lease_ttl
+            ),
+            Hold: _hold,
             Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
             Sleep: lambda effect, _: asyncio.sleep(effect.seconds),
             Launch: _launch,
@@ -176,6 +182,10 @@ class _Tasks:
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _hold(effect: Hold, tasks: _Tasks) -> Any:
+    return tasks.driver.threads.hold(effect.record)
 
 
 async def _fault(effect: Fault, _: _Tasks) -> None:

@@ -10,6 +10,7 @@ own, waited for that long.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import inspect
@@ -26,10 +27,12 @@ from saga.engine.effects import (
     Branch,
     Call,
     CancelInFlight,
+    Create,
     Effect,
     Fault,
     Finished,
     Flow,
+    Hold,
     Launch,
     Load,
     Sleep,
@@ -39,7 +42,8 @@ from saga.engine.effects import (
     Write,
 )
 from saga.errors import StepTimeoutError
-from saga.ports import SagaStore
+from saga.lease import Heartbeat
+from saga.ports import SagaRecord, SagaStore
 
 T = TypeVar("T")
 
@@ -51,14 +55,19 @@ _MAX_BRANCH_THREADS = 1024
 class ThreadDriver:
     """Runs flows against a sync store for one coordinator."""
 
-    def __init__(self, store: SagaStore, lease_ttl: float) -> None:
+    def __init__(self, store: SagaStore, lease_ttl: float, heartbeat: Heartbeat) -> None:
         self.store = store
         self.lease_ttl = lease_ttl
+        self.heartbeat = heartbeat
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
             Write: lambda effect, _: self.store.commit(effect.change, self.lease_ttl),
             Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
             Fault: lambda effect, _: faults.point(effect.point, effect.step),
             Load: lambda effect, _: self.store.load(effect.saga_id),
+            Create: lambda effect, _: self.store.create(
+                effect.record, effect.first, self.lease_ttl
+            ),
+            Hold: lambda effect, _: self.hold(effect.record),
             Transact: lambda effect, _: self.transact(effect),
             Sleep: lambda effect, _: time.sleep(effect.seconds),
             Launch: lambda effect, branches: branches.launch(effect.branches),
@@ -94,6 +103,12 @@ class ThreadDriver:
 
     def _answer(self, effect: Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
+
+    def hold(self, record: SagaRecord) -> contextlib.AbstractContextManager[None]:
+        """Keep ``record``'s lease alive until the handle returned is exited."""
+        holding = self.heartbeat.holding(record.id, record.epoch)
+        holding.__enter__()
+        return holding
 
     def transact(self, effect: Transact) -> tuple[Any, bool | None]:
         """Run a transactional action with the store's session, its outcome committed in

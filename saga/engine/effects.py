@@ -12,6 +12,10 @@ effect             the driver's answer
 ``Write``          commits the fenced change; answers the store's "must this
                    saga stop?" (a cancel request or a passed deadline)
 ``Load``           the saga as stored, or None
+``Create``         creates a saga with its first commit; answers (the saga as
+                   stored, whether this call created it)
+``Hold``           keeps the saga's lease alive from now on; answers a
+                   handle whose ``__exit__`` stops that
 ``Call``           runs an action or compensation as the current step (with
                    a timeout, when it has one); answers its result
 ``Transact``       runs an action inside a store transaction that also
@@ -64,6 +68,17 @@ class Call:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Create:
+    record: SagaRecord
+    first: Commit
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hold:
+    record: SagaRecord
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Transact:
     action: Action
     context: StepContext
@@ -91,6 +106,7 @@ class Finished:
     encoded: Encoded | None
     error: BaseException | str | None
     ended: float  # on the monotonic clock: the order in which branches ended
+    result: Any = None  # the result itself, for ``s.parallel`` to return
 
     @property
     def name(self) -> str:
@@ -133,7 +149,9 @@ class CancelInFlight:
     why: str
 
 
-Effect = Write | Load | Call | Transact | Sleep | Fault | Launch | Wait | CancelInFlight
+Effect = (
+    Write | Load | Create | Hold | Call | Transact | Sleep | Fault | Launch | Wait | CancelInFlight
+)
 
 Flow = Generator[Effect, Any, T]
 """A flow that ends with a ``T``."""

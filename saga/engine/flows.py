@@ -37,10 +37,7 @@ class Flows:
         """Run a declarative saga's remaining steps; unwind and raise ``SagaFailed`` on
         failure. ``started`` are steps whose start is already durable (a new saga's first
         steps are recorded with the saga itself)."""
-        return self.forward_run(saga, record).run(list(started))
-
-    def forward_run(self, saga: Saga, record: SagaRecord) -> Forward:
-        return Forward(self, saga, record)
+        return Forward(saga, record, self.payload_limit, self.resolver).run(list(started))
 
     def write(
         self,

@@ -17,7 +17,7 @@ import functools
 import inspect
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from saga.codec import decode, encode
 from saga.definition import Saga
@@ -40,10 +40,8 @@ from saga.engine.effects import (
 from saga.engine.frontier import Frontier
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga.ports import Event, SagaRecord, StepWrite
+from saga.refs import Resolver
 from saga.status import SagaStatus, StepKind, StepStatus
-
-if TYPE_CHECKING:
-    from saga.engine.flows import Flows
 
 STOPPED = "stopped: cancel requested or deadline passed"
 
@@ -51,8 +49,11 @@ STOPPED = "stopped: cancel requested or deadline passed"
 class Forward:
     """One forward run of a declarative saga's remaining steps."""
 
-    def __init__(self, flows: Flows, saga: Saga, record: SagaRecord) -> None:
-        self.flows, self.saga, self.record = flows, saga, record
+    def __init__(
+        self, saga: Saga, record: SagaRecord, payload_limit: int, resolver: Resolver
+    ) -> None:
+        self.saga, self.record = saga, record
+        self.payload_limit, self.resolver = payload_limit, resolver
         self.frontier = Frontier(saga, record)
         self.carried: list[StepWrite] = []
         self.carried_events: list[Event] = []
@@ -137,7 +138,7 @@ class Forward:
         cancellable = (
             step.kind is StepKind.COMPENSATABLE and not step.transactional and is_async(step.fn)
         )
-        limit = self.flows.payload_limit
+        limit = self.payload_limit
         flow = branch(cursor, run, step.retry, step.timeout, step.fn, step.transactional, limit)
         return Branch(run.name, flow, cursor, cancellable)
 
@@ -213,7 +214,7 @@ class Forward:
             # are undone newest first by completion, not by start.
             reloaded = (yield Load(self.record.id)) or self.record
             self.record = records.in_completion_order(reloaded, self.completed)
-        resolver = self.flows.resolver
+        resolver = self.resolver
         if self.failure is None:
             return (yield from unwind.cancelled(resolver, self.record, self.saga, self.not_run))
         name, error = self.failure
@@ -257,7 +258,7 @@ def branch(
         raise
     except Exception as error:  # collected by the forward flow, then unwound
         return Finished(recorded(cursor.record, run.name), None, error, time.monotonic())
-    return Finished(recorded(cursor.record, run.name), encoded, None, time.monotonic())
+    return Finished(recorded(cursor.record, run.name), encoded, None, time.monotonic(), result)
 
 
 def cancelled(branch: Branch, why: str, at: float) -> Finished:

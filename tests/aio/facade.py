@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from saga import AsyncCoordinator, AsyncSagaScope, RecoveryReport, Saga, SagaStatus, SagaView
-from saga.parallel import StepCall
+from saga.engine.scope import StepCall
 from saga.ports import EventRecord, SagaStore
 
 T = TypeVar("T")

@@ -132,7 +132,9 @@ def test_a_retried_compensation_attempt_records_its_error_with_the_next_start(
 def test_a_context_manager_compensation_records_each_failed_attempt(
     any_coord: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,)))
+    monkeypatch.setattr(
+        "saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,))
+    )
     with pytest.raises(SagaFailed) as raised, any_coord.saga("events-undo-retry-cm") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 10, compensate=steps.locked)
         raise KeyError("the block failed")
@@ -149,7 +151,9 @@ def test_a_context_manager_compensation_records_each_failed_attempt(
 def test_history_tells_a_failed_compensation_attempt_and_how_long_it_took(
     coord: Coordinator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,)))
+    monkeypatch.setattr(
+        "saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,))
+    )
     with pytest.raises(SagaFailed), coord.saga("events-undo-history") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 10, compensate=steps.locked)
         raise KeyError("the block failed")

@@ -26,7 +26,9 @@ from tests.integration.support import fast
 @pytest.fixture(autouse=True)
 def quick_compensation_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Context-manager compensations get the default policy: make its backoff tiny."""
-    monkeypatch.setattr("saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,)))
+    monkeypatch.setattr(
+        "saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,))
+    )
 
 
 def _doomed(name: str) -> Saga:

@@ -13,10 +13,10 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from saga.engine.frontier import Frontier
 
 from saga import RetryPolicy, Saga, StepContext
 from saga.engine import Complete, GiveUp, ready
+from saga.engine.frontier import Frontier
 from saga.ports import SagaRecord, StepRecord
 from saga.status import SagaStatus, StepStatus
 

@@ -1,0 +1,203 @@
+"""What the calls of a context-manager saga do, as flows: one copy for both scopes.
+
+``SagaScope`` (threads) and ``AsyncSagaScope`` (asyncio) only plan a call
+(``ScopeCore``) and run the flow this module gives for it with their driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from saga.engine import records, unwind
+from saga.engine.decisions import Cursor, RunStep
+from saga.engine.effects import (
+    WAIT,
+    Action,
+    Branch,
+    CancelInFlight,
+    Create,
+    Fault,
+    Flow,
+    Hold,
+    Launch,
+    Load,
+    write,
+)
+from saga.engine.forward import branch, is_async
+from saga.engine.group import Group, Member
+from saga.engine.scope import PlannedStep, ScopeCore, StepCall, bound
+from saga.errors import OperationRefusedError, SagaFailed
+from saga.ports import Event
+from saga.refs import Resolver
+from saga.status import SagaStatus
+
+
+class ScopeFlows:
+    """The flows of one context-manager saga (its state is ``core``)."""
+
+    def __init__(self, core: ScopeCore, resolver: Resolver) -> None:
+        self.core = core
+        self.resolver = resolver
+
+    def step(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
+        """``s.step(...)``: make its start durable, run its attempts, record its success."""
+        core = self.core
+        reason = core._gave_up(planned)
+        if reason is not None:
+            assert core._record is not None
+            name = planned.template.name
+            raise (yield from unwind.fail(self.resolver, core._record, name, reason, None))
+        yield from self._begin(planned)
+        return (yield from self._run(planned, action, timeout))
+
+    def _begin(self, *group: PlannedStep) -> Flow[None]:
+        """Make the start of the step(s) durable (creating the saga with the first ones)."""
+        core = self.core
+        starts, events = core._start_writes(*group)
+        first = group[0].template.name
+        yield Fault("before_start_commit", first)
+        if core._record is None:
+            yield from self._create(starts, events)
+        else:
+            core._record = yield from write(core._record, starts, events)
+        yield Fault("after_start_commit", first)
+        assert core._record is not None
+        if core._record.stop:
+            names = [p.template.name for p in group]
+            raise (yield from unwind.cancelled(self.resolver, core._record, None, names))
+
+    def _create(self, starts: list[Any], events: list[Event]) -> Flow[None]:
+        core = self.core
+        record = core._new_record()
+        change = records.commit(record, starts, [Event("saga_started"), *events])
+        stored, created = yield Create(record, change)
+        if not created:
+            raise OperationRefusedError(
+                stored.id,
+                f"saga {core.name!r} key {core.key!r} was started by another process meanwhile",
+            )
+        core._record = records.apply(record, change)
+        core._holding = yield Hold(core._record)
+
+    def _run(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
+        core = self.core
+        assert core._record is not None
+        name = planned.template.name
+        cursor = Cursor(core._record)
+        transactional = planned.template.transactional
+        run = RunStep(name, planned.attempt)
+        flow = branch(
+            cursor, run, planned.policy, timeout, action, transactional, core.payload_limit
+        )
+        finished = yield from flow
+        core._record = cursor.record
+        if finished.error is not None:  # a result that cannot be stored fails it too
+            core._failed_step = name
+            assert isinstance(finished.error, BaseException)
+            raise finished.error
+        if not transactional:  # else recorded with its own writes
+            assert finished.encoded is not None
+            write_, event = records.succeeded(core._record, name, finished.encoded)
+            core._record = yield from write(core._record, [write_], [event])
+        yield Fault("after_success_commit", name)
+        return finished.result
+
+    def parallel(self, calls: Sequence[StepCall]) -> Flow[list[Any]]:
+        """``s.parallel(...)``: the calls' starts in one commit, then all at once; each
+        completion its own commit (see :mod:`saga.engine.group`)."""
+        core = self.core
+        group = Group(core, calls)
+        if not group.members:
+            return group.results
+        gave_up = group.gave_up()
+        if gave_up is not None:
+            assert core._record is not None
+            raise (yield from unwind.fail(self.resolver, core._record, *gave_up, None))
+        yield from self._begin(*group.planned())
+        yield Launch(tuple(self._branch(member) for member in group.members))
+        left = len(group.members)
+        while left:
+            waited = yield WAIT
+            for finished in waited.finished:
+                left -= 1
+                yield from self._completed(group, group.member(finished.name), finished)
+        if group.failure is not None:
+            yield from self._unwind_group(group)
+            raise group.first_error()
+        return group.results
+
+    def _branch(self, member: Member) -> Branch:
+        core = self.core
+        assert core._record is not None
+        call, planned = member.call, member.planned
+        member.cursor = Cursor(core._record)
+        run = RunStep(member.name, planned.attempt)
+        action = bound(call.fn, call.args, call.kwargs)
+        flow = branch(
+            member.cursor,
+            run,
+            planned.policy,
+            call.timeout,
+            action,
+            planned.template.transactional,
+            core.payload_limit,
+        )
+        cancellable = is_async(call.fn) and not call.transactional
+        return Branch(member.name, flow, member.cursor, cancellable)
+
+    def _completed(self, group: Group, member: Member, finished: Any) -> Flow[None]:
+        """Commit what a member's end calls for; on the first failure, cancel what may be
+        cancelled (async calls: a thread cannot be stopped, and a transactional call's
+        outcome must commit with its own writes)."""
+        core = self.core
+        failed_before = group.failure is not None
+        change = group.completed(member, finished)
+        if change is not None:
+            assert core._record is not None
+            core._record = yield from write(core._record, *change)
+        if group.failure is None:
+            yield Fault("after_success_commit", member.name)
+        elif not failed_before:
+            yield CancelInFlight(f"cancelled: step {group.failure[0]!r} failed")
+
+    def _unwind_group(self, group: Group) -> Flow[None]:
+        """Compensate everything that may have acted (finish times reloaded: newest first)."""
+        core = self.core
+        assert core._record is not None
+        assert group.failure is not None
+        loaded = (yield Load(core._record.id)) or core._record
+        record = records.in_completion_order(loaded, group.order)
+        core._failure = yield from unwind.unwound(self.resolver, record, None, group.failure[0])
+        core._record = (yield Load(record.id)) or record
+
+    def complete(self) -> Flow[None]:
+        """Leaving the block normally: the saga completed."""
+        core = self.core
+        record = core._record
+        if record is None or record.status is not SagaStatus.RUNNING:
+            return
+        done = records.moved(record, SagaStatus.COMPLETED)
+        yield Fault("before_final_commit")
+        core._record = yield from write(record, [], [done], SagaStatus.COMPLETED)
+        yield Fault("after_final_commit")
+
+    def unwind(self, error: BaseException | None) -> Flow[SagaFailed]:
+        """Leaving the block with an error (or after a failed step): unwind; what to raise."""
+        core = self.core
+        settled = core._settled()
+        if settled is not None:
+            return settled
+        record = core._record
+        assert record is not None
+        if core._failed_step is not None:
+            failing = error or "failed"
+            return (yield from unwind.fail(self.resolver, record, core._failed_step, failing, None))
+        reason = records.describe(error) if error else "block failed"
+        turn = records.moved(record, SagaStatus.COMPENSATING, reason=reason)
+        record = yield from write(record, [], [turn], SagaStatus.COMPENSATING, reason)
+        try:
+            record = yield from unwind.unwind(self.resolver, record, None)
+        except SagaFailed as failure:
+            return failure
+        return SagaFailed(record.id, record.status, None)
