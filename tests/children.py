@@ -39,27 +39,6 @@ from saga.testing.forkserver import Ended
 from saga.testing.forkserver import ForkServer as SharedForkServer
 from saga.testing.runner import settle
 
-__all__ = [
-    "CASES",
-    "RECOVERY_LEASE_TTL",
-    "ROOT",
-    "CommandLine",
-    "Ended",
-    "ForkServer",
-    "arg",
-    "child_env",
-    "get_ready",
-    "log_tail",
-    "recover_until_settled",
-    "recoverer",
-    "report",
-    "report_outcomes",
-    "run_child",
-    "spawn",
-    "wait_for",
-    "wait_until_claimable",
-]
-
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: the children's working directory and ``PYTHONPATH``."""
 
