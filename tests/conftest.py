@@ -4,17 +4,28 @@ The run's PostgreSQL (tests/postgres.py) is found, or started, once, as soon
 as the collected tests include one that needs it, and one line at the start
 says which it is; without one, every PostgreSQL test skips with the same
 reason, shown as one line of the summary.
+
+Defined here once for every suite: the choice of a store's URL from a
+backend's name (:func:`store_url`, :func:`another_store`), the fork server
+for child processes (tests/children.py), the effect ledger
+(tests/crash/ledger.py) and, as a plugin, the fault and soak suites' figures
+(tests/faults/figures.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Generator, Iterator
+from pathlib import Path
 
 import pytest
 
 from saga import Coordinator
 from tests import pgbouncer, postgres
+from tests.children import ForkServer
+from tests.crash import ledger
+
+pytest_plugins = ["tests.faults.figures"]
 
 _SERVER = pytest.StashKey[postgres.Found]()
 _EXIT = pytest.StashKey[contextlib.ExitStack]()
@@ -125,11 +136,58 @@ def sqlite_url(tmp_path: object) -> str:
     return f"sqlite:///{tmp_path}/saga.db"
 
 
+STORE_FIXTURES = {"sqlite": "sqlite_url", "postgres": "pg_url", "pgbouncer": "bouncer_url"}
+"""The fixture giving a test its store on each backend."""
+
+
+def store_url(request: pytest.FixtureRequest, backend: str) -> str:
+    """The test's fresh store on ``backend`` (``sqlite``, ``postgres`` or ``pgbouncer``)."""
+    return str(request.getfixturevalue(STORE_FIXTURES[backend]))
+
+
+def another_store(
+    request: pytest.FixtureRequest, backend: str, stack: contextlib.ExitStack, name: str
+) -> str:
+    """One more fresh store on ``backend`` for the test, dropped when ``stack`` closes
+    (``name`` names a SQLite file): a new schema, or behind PgBouncer, which does not
+    pass a ``search_path`` on, a new database."""
+    if backend == "sqlite":
+        return f"sqlite:///{request.getfixturevalue('tmp_path')}/{name}.db"
+    server = str(request.getfixturevalue("postgres_server"))
+    if backend == "pgbouncer":
+        bouncer = request.getfixturevalue("bouncer")
+        return str(bouncer.url(stack.enter_context(postgres.isolated_database(server))))
+    return stack.enter_context(postgres.isolated_schema(server))
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest) -> str:
     """Each test using this runs once on SQLite and once on PostgreSQL."""
-    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
-    return str(request.getfixturevalue(fixture))
+    return store_url(request, request.param)
+
+
+@pytest.fixture
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """A fresh store on the backend the test is parametrised with (``indirect``)."""
+    return store_url(request, request.param)
+
+
+@pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer]:
+    """The run's fork server: one real process per crash case, killed by a real SIGKILL."""
+    server = ForkServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> str:
+    """A fresh effect ledger (tests/crash/ledger.py) for the test."""
+    path = str(tmp_path / "ledger.db")
+    ledger.create(path)
+    return path
 
 
 @pytest.fixture

@@ -15,12 +15,11 @@ import pytest
 
 from tests.aio import steps
 from tests.aio.facade import AsyncFacade
-from tests.crash.conftest import backend_url, ledger_path
 from tests.integration.conftest import calls
 
-# Imported fixtures: ``calls`` (autouse) clears tests.integration.steps' call log around
-# each test; the crash tests reuse tests/crash's ``backend_url`` and ``ledger_path``.
-__all__ = ["backend_url", "calls", "ledger_path"]
+# An imported fixture: ``calls`` (autouse) clears tests.integration.steps' call log around
+# each test.
+__all__ = ["calls"]
 
 MakeFacade = Callable[..., AsyncFacade]
 

@@ -1,8 +1,8 @@
 """Crash-test children for the async driver and for parallel steps.
 
 Everything comes from tests/crash (its ``Case``, its ledger-recording steps
-and sagas, its fork server and entry points); only how a case runs differs,
-chosen by the case's idempotency key:
+and sagas, its command line) and tests/children.py (the fork server); only
+how a case runs differs, chosen by the case's idempotency key:
 
 * ``"async"``: the case's saga, run by ``AsyncCoordinator``
   (``await coord.run(...)``, or ``async with coord.saga(...)`` and ``await s.step``);
@@ -20,8 +20,6 @@ import asyncio
 from saga import AsyncCoordinator, Coordinator, Saga, SagaFailed, SagaStatus
 from tests.crash import child
 from tests.crash.child import Case, OnCrash
-
-_run_sync_case = child.run_once
 
 
 def _fan_out(on_crash: OnCrash) -> Saga:
@@ -52,7 +50,7 @@ def run_once(case: Case) -> SagaStatus | None:
                 return coord.run(FAN[case.on_crash], data=case.behaviour(), key=case.key).status
             except SagaFailed as failure:
                 return failure.status
-    return _run_sync_case(case)
+    return child.run_once(case)
 
 
 async def _run_async(case: Case) -> SagaStatus | None:
@@ -78,8 +76,8 @@ async def _run_block(coord: AsyncCoordinator, case: Case) -> SagaStatus | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    child.run_once = run_once  # what tests/crash's entry points call
-    child.main(argv)
+    """tests/crash's command line, its cases run by :func:`run_once`."""
+    child.main(argv, run=run_once)
 
 
 if __name__ == "__main__":

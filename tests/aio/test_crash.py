@@ -1,7 +1,7 @@
 """SIGKILL the async driver, and parallel steps in flight; recover in another process.
 
-The harness is tests/crash's: a fork server (started here on
-``tests.aio.crash_child``, which runs the same cases with other drivers) forks
+The harness is tests/children.py's: the fork server (calling
+``tests.aio.crash_child``, which runs tests/crash's cases with other drivers) forks
 one real process per case; a fault point (``SAGA_FAULTS``) SIGKILLs it; the
 test process then recovers, and the effect ledger and the store are checked.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,9 @@ import pytest
 from saga import Coordinator, SagaStatus, SagaView
 from tests.aio import crash_child
 from tests.aio.facade import AsyncFacade
+from tests.children import ForkServer, log_tail, recover_until_settled, wait_until_claimable
 from tests.crash import ledger
-from tests.crash.child import (
-    MODULE,
-    RECOVERY_LEASE_TTL,
-    Case,
-    recover_until_settled,
-    run_case,
-)
-from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
+from tests.crash.child import MODULE, RECOVERY_LEASE_TTL, Case, run_case
 from tests.crash.invariants import _check_step_calls, check_history, check_saga
 from tests.crash.matrix import (
     Scenario,
@@ -47,20 +40,8 @@ from tests.crash.matrix import (
 pytestmark = pytest.mark.crash
 
 
-class CaseServer(ForkServer):
-    """tests/crash's fork server, serving ``tests.aio.crash_child``'s cases."""
-
-    def __init__(self) -> None:
-        super().__init__(entry="tests.aio.crash_child:main")
-
-
-@pytest.fixture(scope="module")
-def case_server() -> Iterator[CaseServer]:
-    server = CaseServer()
-    try:
-        yield server
-    finally:
-        server.close()
+ENTRY = "tests.aio.crash_child:main"
+"""The child that runs tests/crash's cases with the driver their key names."""
 
 
 def recoverer(url: str, driver: str) -> Coordinator:
@@ -71,8 +52,8 @@ def recoverer(url: str, driver: str) -> Coordinator:
     return Coordinator(url, **options)  # type: ignore[arg-type]
 
 
-def _killed(server: CaseServer, case: Case, log: Path) -> None:
-    ended = server.run(case, log)
+def _killed(fork_server: ForkServer, case: Case, log: Path) -> None:
+    ended = fork_server.using(ENTRY).run(case, log)
     assert ended.killed, f"the child did not die at {case.faults}: {ended}\n{log_tail(log)}"
 
 
@@ -110,11 +91,11 @@ def test_async_driver_killed_anywhere_is_recovered_by_the_async_recoverer(
     backend_url: str,
     scenario: Scenario,
     ledger_path: str,
-    case_server: CaseServer,
+    fork_server: ForkServer,
     tmp_path: Path,
 ) -> None:
     case = dataclasses.replace(scenario.case, url=backend_url, ledger=ledger_path, key="async")
-    _killed(case_server, case, tmp_path / "child.log")
+    _killed(fork_server, case, tmp_path / "child.log")
     with recoverer(backend_url, "async") as coord:
         if scenario.recovery == "reenter":
             wait_until_claimable(coord)
@@ -207,7 +188,7 @@ def test_steps_in_flight_when_the_process_dies_are_recovered(
     driver: str,
     recovered_by: str,
     ledger_path: str,
-    case_server: CaseServer,
+    fork_server: ForkServer,
     tmp_path: Path,
 ) -> None:
     case = Case(
@@ -221,7 +202,7 @@ def test_steps_in_flight_when_the_process_dies_are_recovered(
         ledger=ledger_path,
         key="fan" if driver == "sync" else "fan-async",
     )
-    _killed(case_server, case, tmp_path / "child.log")
+    _killed(fork_server, case, tmp_path / "child.log")
     with recoverer(backend_url, recovered_by) as coord:
         recover_until_settled(coord, timeout=30)
         (saga,) = coord.list(limit=10)

@@ -26,7 +26,7 @@ from saga import (
 )
 from tests.aio import steps
 from tests.aio.support import wait_for_cancel_request, wait_past_deadline
-from tests.crash.harness import child_env
+from tests.children import child_env
 from tests.integration.support import assert_history_replays, expire_lease, fast
 
 # -- timeouts ---------------------------------------------------------------------------------

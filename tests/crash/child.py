@@ -10,7 +10,7 @@ steps, with or without a pivot, going forward or with a step that fails) on
 a short lease; ``saga.faults`` SIGKILLs the process at the point
 ``SAGA_FAULTS`` names. ``recover`` calls ``coord.recover()`` until nothing
 is running or compensating. The tests mostly call :func:`main` in processes
-forked by saga.testing's fork server (tests/crash/harness.py), the one
+forked by saga.testing's fork server (:class:`tests.children.ForkServer`), the one
 ``crash_matrix`` uses: the same real process and real SIGKILL as ``run``,
 without paying the ~0.5 s import of SQLAlchemy for each of several hundred
 cases.
@@ -23,34 +23,28 @@ records it in the same place.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import signal
 import time
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 from saga import (
     Coordinator,
-    RecoveryOutcome,
     Saga,
     SagaFailed,
     SagaStatus,
     StepContext,
     current_step,
 )
+from tests import children
+from tests.children import RECOVERY_LEASE_TTL, arg, recover_until_settled
 from tests.crash import ledger
-
-ROOT = Path(__file__).resolve().parents[2]
-"""The repository root: the children's working directory and ``PYTHONPATH``."""
 
 LEASE_TTL = 0.1
 """The crashing child's lease (s): recovery can claim its sagas this long after it dies."""
-
-RECOVERY_LEASE_TTL = 10.0
-"""Recoverers' lease (s): long, so that a slow recoverer never loses a saga to another."""
 
 MODULE = __spec__.name if __spec__ is not None else __name__
 """This module's importable name, also when it runs as ``__main__`` (``python -m``)."""
@@ -229,30 +223,12 @@ def _run_block(coord: Coordinator, case: Case) -> SagaStatus | None:
     return s.status
 
 
-# -- recovery ------------------------------------------------------------------------------------
-
-_ACTIVE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+# -- recovery and the command line ----------------------------------------------------------------
 
 
 def recoverer(url: str, lease_ttl: float = RECOVERY_LEASE_TTL) -> Coordinator:
     """A coordinator that may compensate this module's context-manager sagas."""
-    return Coordinator(url, lease_ttl=lease_ttl, trusted_modules=[MODULE])
-
-
-def recover_until_settled(coord: Coordinator, timeout: float = 60.0) -> list[RecoveryOutcome]:
-    """``coord.recover()`` until no saga is running or compensating (leases expire meanwhile)."""
-    deadline = time.monotonic() + timeout
-    outcomes: list[RecoveryOutcome] = []
-    while True:
-        outcomes.extend(coord.recover().outcomes)
-        if not coord.list(status=_ACTIVE, limit=1):
-            return outcomes
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"sagas still unfinished after {timeout:g}s of recovery")
-        time.sleep(0.02)
-
-
-# -- entry points --------------------------------------------------------------------------------
+    return children.recoverer(url, [MODULE], lease_ttl)
 
 
 def run_once(case: Case) -> SagaStatus | None:
@@ -260,43 +236,33 @@ def run_once(case: Case) -> SagaStatus | None:
         return run_case(coord, case)
 
 
-def _recover(url: str, go: str | None, lease_ttl: float, timeout: float) -> None:
-    with recoverer(url, lease_ttl) as coord:
-        coord.create_schema()
-        if go is not None:
-            print("ready", flush=True)
-            _wait_for(Path(go), timeout)
-        outcomes = recover_until_settled(coord, timeout)
-        claimed = [
-            [o.saga_id, None if o.status is None else o.status.value, o.error] for o in outcomes
-        ]
-        print(json.dumps({"owner": coord.owner, "outcomes": claimed}), flush=True)
+def _recover(url: str, go: str | None, lease: float, timeout: float) -> None:
+    with recoverer(url, lease) as coord:
+        children.get_ready(coord, go, timeout)
+        children.report_outcomes(coord.owner, recover_until_settled(coord, timeout))
 
 
-def _wait_for(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.005)
+def main(
+    argv: list[str] | None = None, run: Callable[[Case], SagaStatus | None] = run_once
+) -> None:
+    """``run CASE_JSON`` (with ``run``: tests/aio's child runs the cases its own way) or
+    ``recover URL [--go FILE] [--lease S] [--timeout S]``."""
 
+    def run_command(case: str) -> None:
+        status = run(Case.from_json(case))
+        children.report(status=None if status is None else status.value)
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.crash.child")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run one case; SAGA_FAULTS says where to die")
-    run.add_argument("case", help="a Case as JSON")
-    recover = commands.add_parser("recover", help="recover until nothing is unfinished")
-    recover.add_argument("url")
-    recover.add_argument("--go", help="print 'ready', then wait for this file to exist")
-    recover.add_argument("--lease", type=float, default=RECOVERY_LEASE_TTL)
-    recover.add_argument("--timeout", type=float, default=60.0)
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        status = run_once(Case.from_json(args.case))
-        print(json.dumps({"status": None if status is None else status.value}), flush=True)
-    else:
-        _recover(args.url, args.go, args.lease, args.timeout)
+    commands = children.CommandLine(f"python -m {MODULE}")
+    commands.add("run", run_command, arg("case", help="a Case as JSON"))
+    commands.add(
+        "recover",
+        _recover,
+        arg("url"),
+        arg("--go", help="print 'ready', then wait for this file to exist"),
+        arg("--lease", type=float, default=RECOVERY_LEASE_TTL),
+        arg("--timeout", type=float, default=60.0),
+    )
+    commands.main(argv)
 
 
 if __name__ == "__main__":

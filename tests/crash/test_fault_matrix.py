@@ -38,9 +38,9 @@ from pathlib import Path
 import pytest
 
 from saga.testing.invariants import problems
+from tests.children import ForkServer, log_tail, recover_until_settled, wait_until_claimable
 from tests.crash import ledger
-from tests.crash.child import recover_until_settled, recoverer, run_case
-from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
+from tests.crash.child import recoverer, run_case
 from tests.crash.invariants import check_history, check_saga
 from tests.crash.matrix import (
     Scenario,

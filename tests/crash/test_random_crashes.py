@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from saga import SagaStatus
+from tests.children import ForkServer, log_tail, recover_until_settled, wait_until_claimable
 from tests.crash import ledger
-from tests.crash.child import LEASE_TTL, SIZES, Case, recover_until_settled, recoverer
-from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
+from tests.crash.child import LEASE_TTL, SIZES, Case, recoverer
 from tests.crash.invariants import check_history, check_saga
 from tests.crash.matrix import Scenario, expected_status, fault_specs
 

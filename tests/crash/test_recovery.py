@@ -32,23 +32,18 @@ import pytest
 
 from saga import Coordinator, SagaStatus
 from tests import pgbouncer
-from tests.crash import ledger
-from tests.crash.child import (
-    LEASE_TTL,
-    Case,
-    Style,
-    recover_until_settled,
-    recoverer,
-    run_case,
-)
-from tests.crash.harness import (
+from tests.children import (
+    CASES,
     Ended,
     ForkServer,
     log_tail,
+    recover_until_settled,
     run_child,
     spawn,
     wait_until_claimable,
 )
+from tests.crash import ledger
+from tests.crash.child import LEASE_TTL, Case, Style, recoverer, run_case
 from tests.crash.invariants import (
     MAX_STEP_ATTEMPTS,
     MAX_UNDO_ATTEMPTS,
@@ -124,7 +119,7 @@ def _next_process(case: Case, how: str, fork_server: ForkServer, log: Path) -> E
     if how == "self":
         return fork_server.call(argv, log, case.faults)
     with log.open("a") as output:  # a fresh interpreter, SAGA_FAULTS in its environment
-        return Ended.of(spawn(argv, case.faults, stdout=output, stderr=output).wait(60))
+        return Ended.of(spawn(CASES, argv, case.faults, stdout=output, stderr=output).wait(60))
 
 
 @pytest.mark.parametrize(
@@ -191,7 +186,12 @@ def test_three_concurrent_recoverers_resume_each_saga_exactly_once(
     go = tmp_path / "go"
     with log.open("a") as errors:
         recoverers = [
-            spawn(["recover", backend_url, "--go", str(go)], stdout=subprocess.PIPE, stderr=errors)
+            spawn(
+                CASES,
+                ["recover", backend_url, "--go", str(go)],
+                stdout=subprocess.PIPE,
+                stderr=errors,
+            )
             for _ in range(3)
         ]
         for process in recoverers:
@@ -278,7 +278,7 @@ def test_cancel_requested_then_owner_killed_ends_cancelled(
     case = Case(style, 3, hang=2, url=backend_url, ledger=ledger_path)  # s2 hangs: a live owner
     log = tmp_path / "children.log"
     with log.open("a") as output:
-        owner = spawn(["run", case.to_json()], stdout=output, stderr=output)
+        owner = spawn(CASES, ["run", case.to_json()], stdout=output, stderr=output)
     try:
         _wait_for_call(ledger_path, "s2", owner)
         with Coordinator(backend_url) as coord:

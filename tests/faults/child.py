@@ -24,12 +24,12 @@ saga whose step ``--freeze`` stops the process with SIGSTOP after acting;
 once continued it prints how it ended. ``paused-recover`` is ``saga
 recover``'s code path (``admin.recover``): it reads the stuck sagas,
 finishes the first one, creates ``--paused`` and waits for ``--go`` before
-claiming the rest.
+claiming the rest. What every child does alike (the command line, the
+``ready``/``--go`` handshake, the JSON reports) is in tests/children.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import json
@@ -38,33 +38,32 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from saga import AsyncCoordinator, Coordinator, LeaseLostError, RecoveryReport, SagaFailed
 from saga.ports import Renewal, SagaStore
-from tests.crash.child import ROOT, recover_until_settled
-from tests.crash.harness import child_env
+from tests import children
+from tests.children import arg, recover_until_settled, report
 from tests.faults import sagas
 
 SEED_LEASE_TTL = 0.3
 """The seeding process's lease (s): its sagas are claimable this long after it dies."""
+
+MODULE = "tests.faults.child"
 
 
 def spawn(
     args: Sequence[str], env: dict[str, str] | None = None, **options: Any
 ) -> subprocess.Popen[str]:
     """``python -m tests.faults.child ARGS`` from the repository root (``env`` added)."""
-    command = [sys.executable, "-m", "tests.faults.child", *args]
-    environment = {**child_env(), **(env or {})}
-    return subprocess.Popen(command, cwd=ROOT, env=environment, text=True, **options)
+    return children.spawn(MODULE, args, env=env, **options)
 
 
 def recoverer(url: str, lease_ttl: float = 10.0) -> Coordinator:
     """A coordinator that knows the fault sagas and trusts their context-manager steps."""
-    return Coordinator(url, lease_ttl=lease_ttl, trusted_modules=[sagas.__name__])
+    return children.recoverer(url, [sagas.__name__], lease_ttl)
 
 
 def freeze_between_renewals(store: SagaStore) -> None:
@@ -81,16 +80,8 @@ def freeze_between_renewals(store: SagaStore) -> None:
     store.renew_many = guarded  # type: ignore[method-assign]
 
 
-def _wait_for(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} never appeared")
-        time.sleep(0.005)
-
-
-def seed(url: str, book: str, count: int, cm: int, saga: str, how: dict[str, Any]) -> None:
-    data = {**sagas.how(book, abandon="s2"), **how}
+def seed(url: str, ledger: str, count: int, cm: int, saga: str, how: dict[str, Any]) -> None:
+    data = {**sagas.how(ledger, abandon="s2"), **how}
     with Coordinator(url, lease_ttl=SEED_LEASE_TTL) as coord:
         for number in range(count + cm):
             key = f"seed-{number}" if number < count else f"seed-cm-{number - count}"
@@ -110,27 +101,22 @@ def recover_all(
     url: str, go: str | None, timeout: float, once: bool, lease: float, use_async: bool
 ) -> None:
     with recoverer(url, lease) as coord:
-        coord.create_schema()
-        if go is not None:
-            print("ready", flush=True)
-            _wait_for(Path(go), timeout)
+        children.get_ready(coord, go, timeout)
         if use_async:
             owner, outcomes = asyncio.run(_recover_async(url, lease))
         else:
             freeze_between_renewals(coord.store)
             owner = coord.owner
             outcomes = coord.recover().outcomes if once else recover_until_settled(coord, timeout)
-        claimed = [[o.saga_id, o.status and o.status.value, o.error] for o in outcomes]
-        lost = [o.saga_id for o in outcomes if o.lost]
-        print(json.dumps({"owner": owner, "outcomes": claimed, "lost": lost}), flush=True)
+        children.report_outcomes(owner, outcomes)
 
 
 async def _recover_async(url: str, lease: float) -> tuple[str, list[Any]]:
     trusted = [sagas.__name__]
     async with AsyncCoordinator(url, lease_ttl=lease, trusted_modules=trusted) as coord:
         freeze_between_renewals(coord.sync.store)
-        report: RecoveryReport = await coord.recover()
-        return coord.owner, report.outcomes
+        recovered: RecoveryReport = await coord.recover()
+        return coord.owner, recovered.outcomes
 
 
 def admin_recover(url: str, lease: float) -> None:
@@ -140,7 +126,7 @@ def admin_recover(url: str, lease: float) -> None:
     with recoverer(url, lease) as coord:
         freeze_between_renewals(coord.store)
         summary = recover(coord)
-        print(json.dumps({"owner": coord.owner, **summary.as_json()}), flush=True)
+        report(owner=coord.owner, **summary.as_json())
 
 
 def worker(url: str, lease: float) -> None:
@@ -157,21 +143,19 @@ def worker(url: str, lease: float) -> None:
     with recoverer(url, lease) as coord:
         freeze_between_renewals(coord.store)
         stats = run_worker(coord, stop, interval=0.05, log=log)
-        ended = {"owner": coord.owner, "log": lines, "stats": dataclasses.asdict(stats)}
-        print(json.dumps(ended), flush=True)
+        report(owner=coord.owner, log=lines, stats=dataclasses.asdict(stats))
 
 
-def own(url: str, book: str, key: str, saga: str, freeze: str, lease: float) -> None:
-    data = sagas.how(book, freeze=freeze)
+def own(url: str, ledger: str, key: str, saga: str, freeze: str, lease: float) -> None:
+    data = sagas.how(ledger, freeze=freeze)
     with Coordinator(url, lease_ttl=lease) as coord:
         try:
             view = coord.run(sagas.SAGAS[saga], data=data, key=key)
-            ended: dict[str, Any] = {"status": view.status.value}
+            report(status=view.status.value)
         except LeaseLostError as lost:
-            ended = {"error": "LeaseLostError", "epoch": lost.epoch}
+            report(error="LeaseLostError", epoch=lost.epoch)
         except SagaFailed as failed:
-            ended = {"status": failed.status.value}
-        print(json.dumps(ended), flush=True)
+            report(status=failed.status.value)
 
 
 def paused_recover(url: str, paused: str, go: str) -> None:
@@ -181,62 +165,55 @@ def paused_recover(url: str, paused: str, go: str) -> None:
         del item, total
         if done == 1:  # every saga was read and planned; the next claim waits
             Path(paused).touch()
-            _wait_for(Path(go), 60.0)
+            children.wait_for(Path(go), 60.0)
 
     with recoverer(url) as coord:
         summary = recover(coord, progress=progress)
-        print(json.dumps(summary.as_json()), flush=True)
+        report(**summary.as_json())
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tests.faults.child")
-    commands = parser.add_subparsers(dest="command", required=True)
-    p = commands.add_parser("seed")
-    p.add_argument("url")
-    p.add_argument("ledger")
-    p.add_argument("count", type=int, help="declarative sagas (faults-3)")
-    p.add_argument("--cm", type=int, default=0, help="and context-manager sagas (faults-cm)")
-    p.add_argument("--saga", default=sagas.PLAIN.name, help="the declarative sagas' definition")
-    p.add_argument("--how", type=json.loads, default={}, help="misbehaviour (JSON) to add")
-    p = commands.add_parser("recover")
-    p.add_argument("url")
-    p.add_argument("--go")
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--once", action="store_true", help="one recover() pass, not until settled")
-    p.add_argument("--lease", type=float, default=10.0)
-    p.add_argument("--async", dest="use_async", action="store_true", help="one async pass")
-    p = commands.add_parser("own")
-    p.add_argument("url")
-    p.add_argument("ledger")
-    p.add_argument("key")
-    p.add_argument("--freeze", required=True)
-    p.add_argument("--saga", default=sagas.PLAIN.name)
-    p.add_argument("--lease", type=float, default=0.5)
-    p = commands.add_parser("paused-recover")
-    p.add_argument("url")
-    p.add_argument("--paused", required=True)
-    p.add_argument("--go", required=True)
-    for command in ("admin-recover", "worker"):
-        p = commands.add_parser(command)
-        p.add_argument("url")
-        p.add_argument("--lease", type=float, default=10.0)
-    return parser
+def command_line() -> children.CommandLine:
+    """The commands of the module docstring."""
+    commands = children.CommandLine(f"python -m {MODULE}")
+    commands.add(
+        "seed",
+        seed,
+        arg("url"),
+        arg("ledger"),
+        arg("count", type=int, help="declarative sagas (faults-3)"),
+        arg("--cm", type=int, default=0, help="and context-manager sagas (faults-cm)"),
+        arg("--saga", default=sagas.PLAIN.name, help="the declarative sagas' definition"),
+        arg("--how", type=json.loads, default={}, help="misbehaviour (JSON) to add"),
+    )
+    commands.add(
+        "recover",
+        recover_all,
+        arg("url"),
+        arg("--go"),
+        arg("--timeout", type=float, default=60.0),
+        arg("--once", action="store_true", help="one recover() pass, not until settled"),
+        arg("--lease", type=float, default=10.0),
+        arg("--async", dest="use_async", action="store_true", help="one async pass"),
+    )
+    commands.add(
+        "own",
+        own,
+        arg("url"),
+        arg("ledger"),
+        arg("key"),
+        arg("--freeze", required=True),
+        arg("--saga", default=sagas.PLAIN.name),
+        arg("--lease", type=float, default=0.5),
+    )
+    paused = (arg("url"), arg("--paused", required=True), arg("--go", required=True))
+    commands.add("paused-recover", paused_recover, *paused)
+    for name, run in (("admin-recover", admin_recover), ("worker", worker)):
+        commands.add(name, run, arg("url"), arg("--lease", type=float, default=10.0))
+    return commands
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    if args.command == "seed":
-        seed(args.url, args.ledger, args.count, args.cm, args.saga, args.how)
-    elif args.command == "recover":
-        recover_all(args.url, args.go, args.timeout, args.once, args.lease, args.use_async)
-    elif args.command == "admin-recover":
-        admin_recover(args.url, args.lease)
-    elif args.command == "worker":
-        worker(args.url, args.lease)
-    elif args.command == "own":
-        own(args.url, args.ledger, args.key, args.saga, args.freeze, args.lease)
-    else:
-        paused_recover(args.url, args.paused, args.go)
+    command_line().main(argv)
 
 
 if __name__ == "__main__":

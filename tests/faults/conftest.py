@@ -1,52 +1,20 @@
-"""Fixtures of the fault suite, and the figures it prints (and writes) at the end of a run."""
+"""Fixtures of the fault suite: its backends and the fresh stores it makes on them.
+
+The fork server, the effect ledger (``ledger_path``) and the figures hooks are
+shared with the other suites (tests/conftest.py, tests/faults/figures.py).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from tests import postgres
-from tests.crash import ledger
-from tests.crash.harness import ForkServer
-from tests.faults import figures
+from tests.conftest import another_store
 
 FreshUrl = Callable[[], str]
-SUMMARY_ENV = "SAGA_FAULTS_SUMMARY"
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if "tests/faults/" not in report.nodeid:
-        return
-    if report.when == "call":
-        figures.count("cases")
-        if report.failed:
-            figures.count("violations")
-    elif report.failed:  # an error outside the test body: counted as a failed case
-        figures.count("cases")
-        figures.count("violations")
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not figures.FIGURES["cases"]:
-        return
-    terminalreporter.write_sep("-", "saga fault suite: figures of this run")
-    terminalreporter.write_line(figures.table())
-    target = os.environ.get(SUMMARY_ENV)
-    if target:
-        Path(target).write_text(figures.table() + "\n")
-        terminalreporter.write_line(f"(written to {target})")
-
-
-@pytest.fixture
-def book(tmp_path: Path) -> str:
-    """A fresh effect ledger (tests.crash.ledger) for the test."""
-    path = str(tmp_path / "ledger.db")
-    ledger.create(path)
-    return path
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -55,7 +23,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def fresh_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FreshUrl]:
+def fresh_url(backend: str, request: pytest.FixtureRequest) -> Iterator[FreshUrl]:
     """Makes a new, empty saga database on the test's backend at each call."""
     with contextlib.ExitStack() as stack:
         made = 0
@@ -63,13 +31,7 @@ def fresh_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> I
         def make() -> str:
             nonlocal made
             made += 1
-            if backend == "sqlite":
-                return f"sqlite:///{tmp_path}/saga-{made}.db"
-            server = str(request.getfixturevalue("postgres_server"))
-            if backend == "pgbouncer":  # PgBouncer does not pass a search_path on
-                bouncer = request.getfixturevalue("bouncer")
-                return str(bouncer.url(stack.enter_context(postgres.isolated_database(server))))
-            return stack.enter_context(postgres.isolated_schema(server))
+            return another_store(request, backend, stack, f"saga-{made}")
 
         yield make
 
@@ -85,13 +47,3 @@ def pg_database(postgres_server: str) -> Iterator[str]:
     """A private PostgreSQL database: its backends can be terminated without hurting others."""
     with postgres.isolated_database(postgres_server) as database_url:
         yield database_url
-
-
-@pytest.fixture(scope="session")
-def fork_server() -> Iterator[ForkServer]:
-    """The crash tests' fork server: one real process per crash case, killed by SIGKILL."""
-    server = ForkServer()
-    try:
-        yield server
-    finally:
-        server.close()

@@ -1,15 +1,24 @@
 """The fault suite's figures (sagas, kills, lost acknowledgements...), counted as tests run.
 
-Tests call :func:`count` as they inject faults and check sagas; the suite's
-``conftest.py`` adds the pass/fail tally, prints the figures at the end of
-the run and, when ``SAGA_FAULTS_SUMMARY`` names a file, writes them there as
-Markdown (the table in ``docs/reliability.md`` is pasted from it).
+Tests call :func:`count` as they inject faults and check sagas. This module
+is also a pytest plugin (``pytest_plugins`` in tests/conftest.py): it adds
+the pass/fail tally of the fault and soak suites, prints the figures at the
+end of the run and, when ``SAGA_FAULTS_SUMMARY`` names a file, writes them
+there as Markdown (the table in ``docs/reliability.md`` is pasted from it).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
+from pathlib import Path
+
+import pytest
+
+SUMMARY_ENV = "SAGA_FAULTS_SUMMARY"
+COUNTED = ("tests/faults/", "tests/soak/")
+"""The suites whose test cases are counted (and whose failures are violations)."""
 
 FIGURES: Counter[str] = Counter()
 _lock = threading.Lock()
@@ -49,3 +58,27 @@ def table() -> str:
     names += sorted(n for n in FIGURES if n not in LABELS)
     rows += [f"| {LABELS.get(name, name)} | {FIGURES[name]} |" for name in names]
     return "\n".join(rows)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not any(suite in report.nodeid for suite in COUNTED):
+        return
+    if report.when == "call":
+        count("cases")
+        if report.failed:
+            count("violations")
+    elif report.failed:  # an error outside the test body: counted as a failed case
+        count("cases")
+        count("violations")
+
+
+@pytest.hookimpl(trylast=True)  # after the soak's own lines (tests/soak/conftest.py)
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not FIGURES["cases"]:
+        return
+    terminalreporter.write_sep("-", "saga fault suite: figures of this run")
+    terminalreporter.write_line(table())
+    target = os.environ.get(SUMMARY_ENV)
+    if target:
+        Path(target).write_text(table() + "\n")
+        terminalreporter.write_line(f"(written to {target})")

@@ -23,8 +23,7 @@ from saga.adapters.sql.postgres import PostgresDialect
 from saga.adapters.sql.store import SqlSagaStore
 
 from saga import Coordinator
-from tests.crash.child import ROOT, recover_until_settled
-from tests.crash.harness import child_env
+from tests.children import ROOT, child_env, recover_until_settled
 from tests.faults import figures, sagas, workload
 from tests.faults.chaos import Terminator
 from tests.faults.child import recoverer
@@ -90,13 +89,13 @@ def _coordinator(url: str, pool_size: int | None) -> Coordinator:
 
 @pytest.mark.parametrize("pool_size", [None, 1], ids=["default-pools", "pool-of-one"])
 def test_connection_chaos_fails_no_saga_and_hangs_nothing(
-    pg_database: str, book: str, tmp_path: Path, pool_size: int | None
+    pg_database: str, ledger_path: str, tmp_path: Path, pool_size: int | None
 ) -> None:
     url = pg_database
     sagas.create_effects_table(url)
-    workload.seed(url, book, 18, tmp_path, cm=6)
-    seeded = workload.seeded_plans(book, 18, cm=6)
-    planned = workload.plan(book, 24, nap=0.12)
+    workload.seed(url, ledger_path, 18, tmp_path, cm=6)
+    seeded = workload.seeded_plans(ledger_path, 18, cm=6)
+    planned = workload.plan(ledger_path, 24, nap=0.12)
     stop = threading.Event()
     errors: list[str] = []
     cli_runs: list[int] = []
@@ -124,5 +123,5 @@ def test_connection_chaos_fails_no_saga_and_hangs_nothing(
         figures.count("chaos runs without the admin command (saga list did not work)")
     with recoverer(url) as calm:  # sagas whose lease ran out under chaos are finished here
         recover_until_settled(calm, timeout=60)
-        workload.check_settled(calm, url, book, planned + seeded)
+        workload.check_settled(calm, url, ledger_path, planned + seeded)
     figures.count("sagas taken over under chaos", runners.outcomes.count("lease lost"))

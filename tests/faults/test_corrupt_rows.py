@@ -56,9 +56,9 @@ def _ids(url: str) -> dict[str, str]:
 
 
 def test_one_recovery_finishes_the_good_sagas_and_runs_nothing_of_the_corrupt_ones(
-    url: str, book: str, tmp_path: Path
+    url: str, ledger_path: str, tmp_path: Path
 ) -> None:
-    workload.seed(url, book, GOOD + 3, tmp_path, cm=2)
+    workload.seed(url, ledger_path, GOOD + 3, tmp_path, cm=2)
     marker = tmp_path / "os-system-ran"
     corrupt = _corruptions(marker)
     ids = _ids(url)
@@ -69,7 +69,7 @@ def test_one_recovery_finishes_the_good_sagas_and_runs_nothing_of_the_corrupt_on
         else:
             forge_step(url, ids[key], forged["step"], **values)
     steps_before = {key: dump(url, ids[key])["saga_steps"] for key in corrupt}
-    calls_before = {key: ledger.read(book).of(ids[key]) for key in corrupt}
+    calls_before = {key: ledger.read(ledger_path).of(ids[key]) for key in corrupt}
     with recoverer(url) as coord:
         wait_until_stuck(url, coord.store.now)
         report = coord.recover()
@@ -78,15 +78,17 @@ def test_one_recovery_finishes_the_good_sagas_and_runs_nothing_of_the_corrupt_on
             outcome = outcomes[ids[key]]
             assert outcome.error is not None, f"{key} was not reported: {outcome}"
             assert dump(url, ids[key])["saga_steps"] == steps_before[key], f"{key}: steps changed"
-            assert ledger.read(book).of(ids[key]) == calls_before[key], f"{key}: something ran"
+            assert ledger.read(ledger_path).of(ids[key]) == calls_before[key], (
+                f"{key}: something ran"
+            )
             events = [row[3] for row in dump(url, ids[key])["saga_events"]]
             assert "recovery_refused" in events, f"{key}: the refusal was not recorded"
             figures.count("hostile inputs")
         assert not marker.exists(), "os:system ran"
         good = [o for o in report.outcomes if o.saga_id not in {ids[k] for k in corrupt}]
         assert [o.error for o in good] == [None] * GOOD
-        planned = workload.seeded_plans(book, GOOD)
-        workload.check_settled(coord, url, book, planned, stored=GOOD + len(corrupt))
+        planned = workload.seeded_plans(ledger_path, GOOD)
+        workload.check_settled(coord, url, ledger_path, planned, stored=GOOD + len(corrupt))
 
 
 def _recover_with_the_new_release(url: str, where: Path) -> dict[str, Any]:
@@ -104,30 +106,30 @@ def _recover_with_the_new_release(url: str, where: Path) -> dict[str, Any]:
 
 
 def test_a_definition_changed_between_crash_and_recovery_is_reported_not_misaligned(
-    url: str, book: str, tmp_path: Path
+    url: str, ledger_path: str, tmp_path: Path
 ) -> None:
-    workload.seed(url, book, 3, tmp_path, saga=sagas.EVOLVING.name)
+    workload.seed(url, ledger_path, 3, tmp_path, saga=sagas.EVOLVING.name)
     ids = _ids(url)
     with recoverer(url) as coord:
         wait_until_stuck(url, coord.store.now)
         steps_before = dump(url)["saga_steps"]
-        calls_before = ledger.read(book).calls
+        calls_before = ledger.read(ledger_path).calls
         report = _recover_with_the_new_release(url, tmp_path)
         assert sorted(saga_id for saga_id, _, _ in report["outcomes"]) == sorted(ids.values())
         for _saga_id, status, error in report["outcomes"]:
             assert status is None
             assert "definition version" in error, error
         assert dump(url)["saga_steps"] == steps_before, "steps changed under the new release"
-        assert ledger.read(book).calls == calls_before, "a step ran under the new release"
+        assert ledger.read(ledger_path).calls == calls_before, "a step ran under the new release"
         figures.count("hostile inputs", len(ids))
         # The old release (this process) can still finish them, as the error advises.
         wait_until_stuck(url, coord.store.now)
         assert {o.status for o in coord.recover().outcomes} == {SagaStatus.COMPLETED}
-        data = sagas.how(book, abandon="s2")
+        data = sagas.how(ledger_path, abandon="s2")
         planned = [
             workload.Planned(sagas.EVOLVING.name, key, data, SagaStatus.COMPLETED) for key in ids
         ]
-        workload.check_settled(coord, url, book, planned)
+        workload.check_settled(coord, url, ledger_path, planned)
 
 
 def replacement(data: dict[str, Any]) -> dict[str, Any]:
@@ -144,16 +146,16 @@ def _reenter_with_other_code(coord: Coordinator, data: dict[str, Any]) -> None:
 
 
 def test_a_context_manager_saga_reentered_with_other_code_is_refused(
-    url: str, book: str, tmp_path: Path
+    url: str, ledger_path: str, tmp_path: Path
 ) -> None:
     """Another function where the saga recorded ``cm_action``: refused before it runs; the
     block's error unwinds the saga with the compensations it recorded, nothing else."""
-    workload.seed(url, book, 0, tmp_path, cm=1)
+    workload.seed(url, ledger_path, 0, tmp_path, cm=1)
     (saga_id,) = _ids(url).values()
-    data = sagas.how(book, abandon="s2")
+    data = sagas.how(ledger_path, abandon="s2")
     with Coordinator(url, lease_ttl=5.0) as coord:
         wait_until_stuck(url, coord.store.now)
-        calls_before = ledger.read(book).calls
+        calls_before = ledger.read(ledger_path).calls
         with pytest.raises(SagaFailed) as failed:
             _reenter_with_other_code(coord, data)
         refused = failed.value.__cause__
@@ -163,8 +165,8 @@ def test_a_context_manager_saga_reentered_with_other_code_is_refused(
         view = coord.get(saga_id)
         assert view.status is SagaStatus.COMPENSATED
         assert {s.compensation for s in view.steps} == {"tests.faults.sagas:cm_undo"}
-        new_calls = ledger.read(book).calls[len(calls_before) :]
+        new_calls = ledger.read(ledger_path).calls[len(calls_before) :]
         assert [(c.step, c.kind) for c in new_calls] == [("s2", "undo"), ("s1", "undo")]
         assert all(c.saga_id == saga_id for c in new_calls), "the replacement ran"
-        check_saga(view, ledger.read(book), sagas.names())
+        check_saga(view, ledger.read(ledger_path), sagas.names())
     figures.count("hostile inputs")

@@ -55,8 +55,8 @@ def _running_at_s2(coord: Coordinator) -> int:
     )
 
 
-def _held(book: str, gate: Path) -> list[Planned]:
-    data = sagas.how(book, gate=str(gate), hold="s2")
+def _held(ledger_path: str, gate: Path) -> list[Planned]:
+    data = sagas.how(ledger_path, gate=str(gate), hold="s2")
     plain = [Planned(sagas.PLAIN.name, f"held-{n}", data, SagaStatus.COMPLETED) for n in range(4)]
     pivot = [
         Planned(sagas.PIVOTED.name, f"pivot-{n}", data, SagaStatus.COMPLETED) for n in range(3)
@@ -65,14 +65,14 @@ def _held(book: str, gate: Path) -> list[Planned]:
 
 
 def test_a_killed_primary_and_a_promoted_synchronous_standby_lose_nothing(
-    pair: failover.Pair, book: str, tmp_path: Path
+    pair: failover.Pair, ledger_path: str, tmp_path: Path
 ) -> None:
     url = pair.url()
     sagas.create_effects_table(url)
-    before = workload.plan(book, 12, prefix="before")
+    before = workload.plan(ledger_path, 12, prefix="before")
     gate = tmp_path / "gate"
-    held = _held(book, gate)
-    late = workload.plan(book, 6, prefix="late")
+    held = _held(ledger_path, gate)
+    late = workload.plan(ledger_path, 6, prefix="late")
     with Coordinator(url, lease_ttl=10.0) as coord:
         coord.create_schema()
         finished = workload.Runners(coord, workload.in_threads(before, 3)).start()
@@ -88,5 +88,5 @@ def test_a_killed_primary_and_a_promoted_synchronous_standby_lose_nothing(
         started_while_down.join(timeout=120)
         assert runners.errors == []
         assert started_while_down.errors == []
-        workload.check_settled(coord, url, book, before + held + late)
+        workload.check_settled(coord, url, ledger_path, before + held + late)
     figures.count("failovers")

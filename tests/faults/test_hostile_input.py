@@ -35,10 +35,10 @@ LIMIT = 4096
 
 
 @pytest.fixture
-def coord(url: str, book: str) -> Iterator[Coordinator]:
+def coord(url: str, ledger_path: str) -> Iterator[Coordinator]:
     with Coordinator(url, lease_ttl=5.0, payload_limit=LIMIT) as made:
         # One finished saga, so that "nothing changed" compares real rows.
-        made.run(sagas.PLAIN, data=sagas.how(book), key="existing")
+        made.run(sagas.PLAIN, data=sagas.how(ledger_path), key="existing")
         yield made
 
 
@@ -109,10 +109,10 @@ HOSTILE_IDS = [
 
 
 def test_unstorable_values_are_refused_before_anything_is_written(
-    coord: Coordinator, url: str, book: str
+    coord: Coordinator, url: str, ledger_path: str
 ) -> None:
     for what, value in BAD_VALUES.items():
-        data = {**sagas.how(book), "x": value}
+        data = {**sagas.how(ledger_path), "x": value}
         run = functools.partial(coord.run, sagas.PLAIN, data=data, key=what)
         _refused(url, PayloadError, run, "input['x']")
         block = functools.partial(_block, coord, "h", what, data)
@@ -120,12 +120,12 @@ def test_unstorable_values_are_refused_before_anything_is_written(
 
 
 def test_functions_that_cannot_be_found_again_are_refused_before_anything_runs(
-    coord: Coordinator, url: str, book: str
+    coord: Coordinator, url: str, ledger_path: str
 ) -> None:
     for what, fn in UNIMPORTABLE.items():
         action = functools.partial(_unimportable_action, coord, fn)
         _refused(url, UnsafeReferenceError, action, "step function", "module-level function")
-        undo = functools.partial(_block, coord, "h", what, sagas.how(book), compensate=fn)
+        undo = functools.partial(_block, coord, "h", what, sagas.how(ledger_path), compensate=fn)
         _refused(url, UnsafeReferenceError, undo, "compensation", "module-level function")
 
 
@@ -151,20 +151,20 @@ def test_a_definition_with_a_cycle_is_refused_naming_its_steps(
     _refused(url, DefinitionError, functools.partial(coord.run, cyclic, data={}), *names)
 
 
-def _padded(book: str, size: int) -> dict[str, str]:
+def _padded(ledger_path: str, size: int) -> dict[str, str]:
     """A saga input whose canonical JSON is exactly ``size`` bytes."""
-    data = {"ledger": book, "pad": ""}
+    data = {"ledger": ledger_path, "pad": ""}
     data["pad"] = "x" * (size - len(encode(data, "input").text.encode()))
     assert len(encode(data, "input").text.encode()) == size
     return data
 
 
 def test_payloads_at_the_limit_are_stored_and_over_it_refused(
-    coord: Coordinator, url: str, book: str
+    coord: Coordinator, url: str, ledger_path: str
 ) -> None:
-    at_limit = coord.run(sagas.PLAIN, data=_padded(book, LIMIT), key="at-limit")
-    assert (at_limit.status, at_limit.input) == (SagaStatus.COMPLETED, _padded(book, LIMIT))
-    over = _padded(book, LIMIT + 1)
+    at_limit = coord.run(sagas.PLAIN, data=_padded(ledger_path, LIMIT), key="at-limit")
+    assert (at_limit.status, at_limit.input) == (SagaStatus.COMPLETED, _padded(ledger_path, LIMIT))
+    over = _padded(ledger_path, LIMIT + 1)
     run = functools.partial(coord.run, sagas.PLAIN, data=over, key="over")
     _refused(url, PayloadError, run, f"{LIMIT + 1} bytes", f"limit of {LIMIT} bytes")
     block = functools.partial(_block, coord, "h", "over", over)
@@ -178,10 +178,10 @@ def huge_result(data: Any) -> str:
 
 
 def test_a_result_over_the_limit_fails_its_step_which_is_then_undone(
-    coord: Coordinator, book: str
+    coord: Coordinator, ledger_path: str
 ) -> None:
     with pytest.raises(SagaFailed) as failed, coord.saga("h", key="big") as s:
-        s.step(huge_result, sagas.how(book), compensate=sagas.cm_undo, step_name="s1")
+        s.step(huge_result, sagas.how(ledger_path), compensate=sagas.cm_undo, step_name="s1")
     view = coord.get(failed.value.saga_id)
     assert view.status is SagaStatus.COMPENSATED
     assert "over the payload limit" in (view.steps[0].error or "")
@@ -189,9 +189,9 @@ def test_a_result_over_the_limit_fails_its_step_which_is_then_undone(
 
 
 def test_nul_bytes_in_names_and_keys_are_refused_on_every_backend(
-    coord: Coordinator, url: str, book: str
+    coord: Coordinator, url: str, ledger_path: str
 ) -> None:
-    data = sagas.how(book)
+    data = sagas.how(ledger_path)
     attempts = {
         "key": functools.partial(coord.run, sagas.PLAIN, data=data, key="a\x00b"),
         "key ": functools.partial(_block, coord, "h", "a\x00b", data),
@@ -208,10 +208,10 @@ def test_nul_bytes_in_names_and_keys_are_refused_on_every_backend(
 
 
 def test_names_and_keys_too_long_to_index_are_refused_on_every_backend(
-    coord: Coordinator, url: str, book: str
+    coord: Coordinator, url: str, ledger_path: str
 ) -> None:
     emoji = "".join(chr(0x1F300 + n % 700) for n in range(1000))  # 4,000 bytes, incompressible
-    data = sagas.how(book)
+    data = sagas.how(ledger_path)
     run = functools.partial(coord.run, sagas.PLAIN, data=data, key=emoji)
     _refused(url, PayloadError, run, "key", "4000 bytes", "limit of 2000 bytes")
     block = functools.partial(_block, coord, "n" * 1000, "k", data)
@@ -230,7 +230,7 @@ STRANGE = {
 
 
 def test_strange_names_and_keys_are_stored_verbatim(
-    coord: Coordinator, url: str, book: str
+    coord: Coordinator, url: str, ledger_path: str
 ) -> None:
     for text in STRANGE.values():
         name = text[:200]
@@ -238,7 +238,7 @@ def test_strange_names_and_keys_are_stored_verbatim(
         for n in (1, 2):
             step = saga.step(name=f"{name}#{n}", retry=sagas.FAST)(sagas.declared_action)
             step.compensation(retry=sagas.FAST_UNDO)(sagas.declared_undo)
-        data = sagas.how(book, fail=f"{name}#2")
+        data = sagas.how(ledger_path, fail=f"{name}#2")
         with pytest.raises(SagaFailed) as failed:
             coord.run(saga, data=data, key=text)
         view = coord.get(failed.value.saga_id)
@@ -254,7 +254,7 @@ def test_strange_names_and_keys_are_stored_verbatim(
         assert [v.id for v in coord.list(name=name)] == [view.id]
         assert {e.step for e in coord.history(view.id)} == {None, f"{name}#1", f"{name}#2"}
         cm_key = f"cm:{text[:900]}"
-        assert sagas.run_block(coord, name + " cm", cm_key, sagas.how(book)) is (
+        assert sagas.run_block(coord, name + " cm", cm_key, sagas.how(ledger_path)) is (
             SagaStatus.COMPLETED
         )
         (block,) = coord.list(name=name + " cm")

@@ -20,9 +20,9 @@ import pytest
 
 from saga import Coordinator, SagaFailed, SagaStatus, SagaView
 from tests import pgbouncer
+from tests.children import ForkServer, log_tail, recover_until_settled, wait_until_claimable
 from tests.crash import ledger
-from tests.crash.child import Case, recover_until_settled
-from tests.crash.harness import ForkServer, log_tail, wait_until_claimable
+from tests.crash.child import Case
 from tests.crash.invariants import check_saga
 from tests.faults import figures, sagas
 from tests.faults.conftest import FreshUrl

@@ -19,7 +19,7 @@ import pytest
 
 from saga import Coordinator, SagaStatus, StepStatus
 from tests import postgres
-from tests.crash.child import recover_until_settled
+from tests.children import recover_until_settled
 from tests.faults import figures, sagas, workload
 from tests.faults.child import recoverer
 from tests.faults.cluster import Cluster, throwaway_cluster, why_unavailable
@@ -58,9 +58,9 @@ def _at_step(coord: Coordinator, step: str, status: StepStatus) -> int:
     )
 
 
-def _held(book: str, gate: Path, count: int, prefix: str, **misbehave: str) -> list[Planned]:
+def _held(ledger_path: str, gate: Path, count: int, prefix: str, **misbehave: str) -> list[Planned]:
     expected = SagaStatus.COMPENSATED if "fail" in misbehave else SagaStatus.COMPLETED
-    data = sagas.how(book, gate=str(gate), **misbehave)
+    data = sagas.how(ledger_path, gate=str(gate), **misbehave)
     return [Planned(sagas.PLAIN.name, f"{prefix}-{n}", data, expected) for n in range(count)]
 
 
@@ -73,7 +73,7 @@ def _held(book: str, gate: Path, count: int, prefix: str, **misbehave: str) -> l
 )
 def test_a_server_crash_in_the_middle_of_sagas_is_waited_out(
     cluster: Cluster,
-    book: str,
+    ledger_path: str,
     tmp_path: Path,
     where: str,
     misbehave: dict[str, str],
@@ -82,9 +82,9 @@ def test_a_server_crash_in_the_middle_of_sagas_is_waited_out(
 ) -> None:
     url = cluster.database()
     gate = tmp_path / "gate"
-    held = _held(book, gate, 6, where, **misbehave)
+    held = _held(ledger_path, gate, 6, where, **misbehave)
     late = [
-        Planned(sagas.PLAIN.name, f"late-{n}", sagas.how(book), SagaStatus.COMPLETED)
+        Planned(sagas.PLAIN.name, f"late-{n}", sagas.how(ledger_path), SagaStatus.COMPLETED)
         for n in range(3)
     ]
     with Coordinator(url, lease_ttl=10.0) as coord:
@@ -100,16 +100,16 @@ def test_a_server_crash_in_the_middle_of_sagas_is_waited_out(
         started_while_down.join(timeout=90)
         assert runners.errors == []
         assert started_while_down.errors == []
-        workload.check_settled(coord, url, book, held + late)
+        workload.check_settled(coord, url, ledger_path, held + late)
     figures.count("restarts")
 
 
 def test_a_server_crash_in_the_middle_of_a_recovery_is_waited_out(
-    cluster: Cluster, book: str, tmp_path: Path
+    cluster: Cluster, ledger_path: str, tmp_path: Path
 ) -> None:
     url = cluster.database()
-    workload.seed(url, book, 150, tmp_path, cm=50)
-    seeded = workload.seeded_plans(book, 150, cm=50)
+    workload.seed(url, ledger_path, 150, tmp_path, cm=50)
+    seeded = workload.seeded_plans(ledger_path, 150, cm=50)
     errors: list[str] = []
     with recoverer(url) as coord:
 
@@ -129,4 +129,4 @@ def test_a_server_crash_in_the_middle_of_a_recovery_is_waited_out(
         thread.join(150)
         assert not thread.is_alive(), "the recovery never finished"
         assert errors == []
-        workload.check_settled(coord, url, book, seeded)
+        workload.check_settled(coord, url, ledger_path, seeded)

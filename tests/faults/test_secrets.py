@@ -20,8 +20,7 @@ from pathlib import Path
 import pytest
 
 from saga import Coordinator, RetryPolicy, SagaFailed, StorageUnavailableError
-from tests.crash.child import ROOT
-from tests.crash.harness import child_env
+from tests.children import ROOT, child_env
 from tests.faults import figures, sagas
 from tests.faults.dump import dump
 
@@ -50,22 +49,22 @@ def _clean(text: str, where: str) -> None:
 
 
 def test_the_password_appears_in_no_log_error_event_or_repr(
-    pg_url: str, book: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, ledger_path: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     url = _with_password(pg_url)
     with Coordinator(url, lease_ttl=2.0, store_retry=QUICK) as coord:
         _clean(repr(coord) + coord.store.url, "the coordinator's repr")
-        coord.run(sagas.PLAIN, data=sagas.how(book), key="ok")
+        coord.run(sagas.PLAIN, data=sagas.how(ledger_path), key="ok")
         with pytest.raises(SagaFailed):
-            coord.run(sagas.PLAIN, data=sagas.how(book, fail="s2"), key="unwound")
+            coord.run(sagas.PLAIN, data=sagas.how(ledger_path, fail="s2"), key="unwound")
         coord.recover()
         for view in coord.list():
             _clean(repr(coord.history(view.id)), "stored events")
     _clean(repr(dump(url)), "stored rows")
     with Coordinator(_unreachable(pg_url), store_retry=QUICK) as down:
         with pytest.raises(StorageUnavailableError) as raised:
-            down.run(sagas.PLAIN, data=sagas.how(book), key="never")
+            down.run(sagas.PLAIN, data=sagas.how(ledger_path), key="never")
         _clean(repr(down), "the repr of a coordinator on an unreachable server")
     _clean("".join(traceback.format_exception(raised.value)), "the error and its causes")
     _clean("\n".join(r.getMessage() for r in caplog.records), "log records")
@@ -77,13 +76,13 @@ def _saga(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_admin_command_never_prints_the_password(pg_url: str, book: str) -> None:
+def test_the_admin_command_never_prints_the_password(pg_url: str, ledger_path: str) -> None:
     probe = _saga("--db", pg_url, "list")
     if probe.returncode != 0:
         pytest.skip(f"the admin command does not work here: {probe.stderr[-300:]}")
     url = _with_password(pg_url)
     with Coordinator(url) as coord:
-        done = coord.run(sagas.PLAIN, data=sagas.how(book), key="shown")
+        done = coord.run(sagas.PLAIN, data=sagas.how(ledger_path), key="shown")
     commands = [
         ["--json", "list"],
         ["show", done.id],

@@ -34,8 +34,8 @@ import pytest
 from saga import Coordinator, SagaStatus, SagaView
 from saga.admin.recovery import LOST_REASON
 from tests import pgbouncer
+from tests.children import wait_until_claimable
 from tests.crash import ledger
-from tests.crash.harness import wait_until_claimable
 from tests.faults import figures, sagas, workload
 from tests.faults.child import recoverer, spawn
 from tests.faults.dump import dump, unchanged
@@ -60,10 +60,10 @@ def _stopped(process: subprocess.Popen[str]) -> bool:
 
 
 def _own(
-    url: str, book: str, key: str, where: Path, saga: str, freeze: str
+    url: str, ledger_path: str, key: str, where: Path, saga: str, freeze: str
 ) -> subprocess.Popen[str]:
     """An owner process whose step ``freeze`` stops it with SIGSTOP after acting."""
-    args = ["own", url, book, key, "--freeze", freeze, "--saga", saga, "--lease", "0.5"]
+    args = ["own", url, ledger_path, key, "--freeze", freeze, "--saga", saga, "--lease", "0.5"]
     with (where / f"owner-{key}.log").open("w") as log:
         owner = spawn(args, stdout=subprocess.PIPE, stderr=log)
     _wait_until(lambda: _stopped(owner), "the owner froze itself")
@@ -93,11 +93,11 @@ def _recover_in_a_process(url: str, where: Path, name: str = "recoverer") -> dic
     ],
 )
 def test_four_recoverers_resume_each_expired_saga_exactly_once(
-    backend: str, count: int, url: str, book: str, tmp_path: Path
+    backend: str, count: int, url: str, ledger_path: str, tmp_path: Path
 ) -> None:
     forward, unwound = count * 3 // 4, count // 4
-    workload.seed(url, book, forward, tmp_path, cm=unwound)
-    planned = workload.seeded_plans(book, forward, cm=unwound)
+    workload.seed(url, ledger_path, forward, tmp_path, cm=unwound)
+    planned = workload.seeded_plans(ledger_path, forward, cm=unwound)
     go = tmp_path / "go"
     processes = []
     for n in range(RECOVERERS):
@@ -125,16 +125,16 @@ def test_four_recoverers_resume_each_expired_saga_exactly_once(
             assert claims[0].detail is not None
             assert claims[0].detail["owner"] == claimed[view.id]
             assert view.epoch == 2
-        workload.check_settled(coord, url, book, planned)
+        workload.check_settled(coord, url, ledger_path, planned)
     assert len({owner for owner in claimed.values()}) > 1 or count < RECOVERERS
 
 
 @pytest.mark.postgres
 def test_a_paused_recoverer_leaves_a_saga_its_owner_finished_meanwhile(
-    pg_url: str, book: str, tmp_path: Path
+    pg_url: str, ledger_path: str, tmp_path: Path
 ) -> None:
-    workload.seed(pg_url, book, 1, tmp_path)  # recovered first: the pause comes after it
-    owner = _own(pg_url, book, "slow", tmp_path, sagas.PLAIN.name, "s2")
+    workload.seed(pg_url, ledger_path, 1, tmp_path)  # recovered first: the pause comes after it
+    owner = _own(pg_url, ledger_path, "slow", tmp_path, sagas.PLAIN.name, "s2")
     with recoverer(pg_url) as coord:
         wait_until_claimable(coord)  # the frozen owner's lease ran out: its saga looks stuck
         paused, go = tmp_path / "paused", tmp_path / "go"
@@ -155,16 +155,16 @@ def test_a_paused_recoverer_leaves_a_saga_its_owner_finished_meanwhile(
         items = {item["id"]: item for item in summary["sagas"]}  # type: ignore[attr-defined]
         assert items[slow.id]["result"] == "skipped", items[slow.id]
         planned = [
-            Planned(sagas.PLAIN.name, "seed-0", sagas.how(book), SagaStatus.COMPLETED),
-            Planned(sagas.PLAIN.name, "slow", sagas.how(book), SagaStatus.COMPLETED),
+            Planned(sagas.PLAIN.name, "seed-0", sagas.how(ledger_path), SagaStatus.COMPLETED),
+            Planned(sagas.PLAIN.name, "slow", sagas.how(ledger_path), SagaStatus.COMPLETED),
         ]
-        workload.check_settled(coord, pg_url, book, planned)
+        workload.check_settled(coord, pg_url, ledger_path, planned)
 
 
-def _no_effect_under_an_older_epoch(view: SagaView, coord: Coordinator, book: str) -> None:
+def _no_effect_under_an_older_epoch(view: SagaView, coord: Coordinator, ledger_path: str) -> None:
     """Every call under an epoch older than the last claim's came before that claim's first."""
     claims = [e.epoch for e in coord.history(view.id) if e.kind == "lease_claimed"]
-    calls = ledger.read(book).of(view.id)
+    calls = ledger.read(ledger_path).of(view.id)
     latest = max(e for e in claims if e is not None)
     first_of_latest = min(c.id for c in calls if c.epoch == latest)
     late = [c for c in calls if c.epoch < latest and c.id > first_of_latest]
@@ -180,9 +180,9 @@ def _no_effect_under_an_older_epoch(view: SagaView, coord: Coordinator, book: st
     ],
 )
 def test_a_zombie_owner_continued_after_a_takeover_writes_nothing(
-    backend: str, url: str, book: str, tmp_path: Path
+    backend: str, url: str, ledger_path: str, tmp_path: Path
 ) -> None:
-    owner = _own(url, book, "zombie", tmp_path, sagas.PLAIN.name, "s2")
+    owner = _own(url, ledger_path, "zombie", tmp_path, sagas.PLAIN.name, "s2")
     with recoverer(url) as coord:
         wait_until_claimable(coord)
         report = _recover_in_a_process(url, tmp_path)
@@ -192,20 +192,22 @@ def test_a_zombie_owner_continued_after_a_takeover_writes_nothing(
         owner.send_signal(signal.SIGCONT)
         assert _ended(owner) == {"error": "LeaseLostError", "epoch": 1}
         unchanged(url, before)
-        calls = ledger.read(book).of(view.id)
+        calls = ledger.read(ledger_path).of(view.id)
         zombie = [c for c in calls if c.pid == owner.pid]
         assert [(c.step, c.epoch) for c in zombie] == [("s1", 1), ("s2", 1)]
-        _no_effect_under_an_older_epoch(view, coord, book)
-        planned = [Planned(sagas.PLAIN.name, "zombie", sagas.how(book), SagaStatus.COMPLETED)]
-        workload.check_settled(coord, url, book, planned)
+        _no_effect_under_an_older_epoch(view, coord, ledger_path)
+        planned = [
+            Planned(sagas.PLAIN.name, "zombie", sagas.how(ledger_path), SagaStatus.COMPLETED)
+        ]
+        workload.check_settled(coord, url, ledger_path, planned)
 
 
 @pytest.mark.postgres
 def test_a_zombie_frozen_inside_a_transactional_step_commits_nothing(
-    pg_url: str, book: str, tmp_path: Path
+    pg_url: str, ledger_path: str, tmp_path: Path
 ) -> None:
     sagas.create_effects_table(pg_url)
-    owner = _own(pg_url, book, "zombie", tmp_path, sagas.TRANSACTIONAL.name, "s1")
+    owner = _own(pg_url, ledger_path, "zombie", tmp_path, sagas.TRANSACTIONAL.name, "s1")
     with recoverer(pg_url) as coord:
         wait_until_claimable(coord)
         with (tmp_path / "recoverer.log").open("w") as log:
@@ -220,9 +222,11 @@ def test_a_zombie_frozen_inside_a_transactional_step_commits_nothing(
         assert sagas.count_effects(pg_url) == {view.id: 1}
         assert view.step("s1").attempt == 2
         planned = [
-            Planned(sagas.TRANSACTIONAL.name, "zombie", sagas.how(book), SagaStatus.COMPLETED)
+            Planned(
+                sagas.TRANSACTIONAL.name, "zombie", sagas.how(ledger_path), SagaStatus.COMPLETED
+            )
         ]
-        workload.check_settled(coord, pg_url, book, planned)
+        workload.check_settled(coord, pg_url, ledger_path, planned)
 
 
 FROZEN_RECOVERER_LEASE = "0.5"
@@ -231,12 +235,12 @@ FROZEN_RECOVERER_LEASE = "0.5"
 
 @contextlib.contextmanager
 def _frozen_recoverer(
-    url: str, book: str, where: Path, args: list[str]
+    url: str, ledger_path: str, where: Path, args: list[str]
 ) -> Iterator[subprocess.Popen[str]]:
     """A saga left at s2 by a dead process, and a recoverer child (``args``) that claims
     it (epoch 2) and stops itself with SIGSTOP inside s2, after acting. Killed at the
     end if it is still there (a failed test must not leave it behind)."""
-    workload.seed(url, book, 1, where, how={"freeze": "s2", "freeze_epoch": 2})
+    workload.seed(url, ledger_path, 1, where, how={"freeze": "s2", "freeze_epoch": 2})
     with recoverer(url) as coord:
         wait_until_claimable(coord)  # the seeding process's lease ran out
     command = [args[0], url, *args[1:], "--lease", FROZEN_RECOVERER_LEASE]
@@ -264,7 +268,7 @@ def _take_over(coord: Coordinator) -> SagaView:
 
 
 def _nothing_from_the_frozen_one(
-    url: str, coord: Coordinator, book: str, view: SagaView, first: str
+    url: str, coord: Coordinator, ledger_path: str, view: SagaView, first: str
 ) -> None:
     """The history ends with the second recoverer's completion; after its claim, the
     first wrote nothing, and applied no effect."""
@@ -275,9 +279,9 @@ def _nothing_from_the_frozen_one(
     late = [e for e in history[takeover:] if e.epoch != 3 or (e.detail or {}).get("owner") == first]
     assert late == [], f"written after the takeover, not by its claimer: {late}"
     assert "recovery_refused" not in [e.kind for e in history]
-    _no_effect_under_an_older_epoch(view, coord, book)
-    planned = [Planned(sagas.PLAIN.name, "seed-0", sagas.how(book), SagaStatus.COMPLETED)]
-    workload.check_settled(coord, url, book, planned)
+    _no_effect_under_an_older_epoch(view, coord, ledger_path)
+    planned = [Planned(sagas.PLAIN.name, "seed-0", sagas.how(ledger_path), SagaStatus.COMPLETED)]
+    workload.check_settled(coord, url, ledger_path, planned)
 
 
 @pytest.mark.parametrize(
@@ -287,9 +291,9 @@ def _nothing_from_the_frozen_one(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def test_a_recoverer_that_lost_its_lease_mid_step_writes_nothing_and_reports_it_lost(
-    backend: str, via: list[str], url: str, book: str, tmp_path: Path
+    backend: str, via: list[str], url: str, ledger_path: str, tmp_path: Path
 ) -> None:
-    with _frozen_recoverer(url, book, tmp_path, via) as first, recoverer(url) as coord:
+    with _frozen_recoverer(url, ledger_path, tmp_path, via) as first, recoverer(url) as coord:
         view = _take_over(coord)
         before = dump(url)
         first.send_signal(signal.SIGCONT)
@@ -297,17 +301,17 @@ def test_a_recoverer_that_lost_its_lease_mid_step_writes_nothing_and_reports_it_
         unchanged(url, before)  # not an event, not a release
         assert report["lost"] == [view.id]
         assert report["outcomes"] == [[view.id, None, None]]
-        _nothing_from_the_frozen_one(url, coord, book, view, str(report["owner"]))
+        _nothing_from_the_frozen_one(url, coord, ledger_path, view, str(report["owner"]))
 
 
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def test_saga_recover_reports_a_saga_lost_mid_step_and_writes_nothing(
-    backend: str, url: str, book: str, tmp_path: Path
+    backend: str, url: str, ledger_path: str, tmp_path: Path
 ) -> None:
     with (
-        _frozen_recoverer(url, book, tmp_path, ["admin-recover"]) as first,
+        _frozen_recoverer(url, ledger_path, tmp_path, ["admin-recover"]) as first,
         recoverer(url) as coord,
     ):
         view = _take_over(coord)
@@ -320,17 +324,20 @@ def test_saga_recover_reports_a_saga_lost_mid_step_and_writes_nothing(
         assert item["reason"].startswith("lost to another process: ")
         assert summary["summary"]["lost"] == 1  # type: ignore[index]
         assert summary["ok"] is True  # nothing failed: the other process finishes it
-        _nothing_from_the_frozen_one(url, coord, book, view, str(summary["owner"]))
+        _nothing_from_the_frozen_one(url, coord, ledger_path, view, str(summary["owner"]))
 
 
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def test_saga_worker_logs_a_saga_lost_mid_step_and_writes_nothing(
-    backend: str, url: str, book: str, tmp_path: Path
+    backend: str, url: str, ledger_path: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "frozen-recoverer.log"
-    with _frozen_recoverer(url, book, tmp_path, ["worker"]) as worker, recoverer(url) as coord:
+    with (
+        _frozen_recoverer(url, ledger_path, tmp_path, ["worker"]) as worker,
+        recoverer(url) as coord,
+    ):
         view = _take_over(coord)
         before = dump(url)
         worker.send_signal(signal.SIGCONT)
@@ -342,4 +349,4 @@ def test_saga_worker_logs_a_saga_lost_mid_step_and_writes_nothing(
         assert lost == [f"saga {view.id} (faults-3): {LOST_REASON}"]
         stats = ended["stats"]
         assert (stats["recovered"], stats["errors"], stats["lost"]) == (0, 0, 1)  # type: ignore[index]
-        _nothing_from_the_frozen_one(url, coord, book, view, str(ended["owner"]))
+        _nothing_from_the_frozen_one(url, coord, ledger_path, view, str(ended["owner"]))

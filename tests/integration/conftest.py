@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from saga import Coordinator
+from tests.conftest import store_url
 from tests.integration import steps
 
 MakeCoordinator = Callable[..., Coordinator]
@@ -33,8 +34,7 @@ def calls() -> Iterator[list[tuple[Any, ...]]]:
 def db_url(request: pytest.FixtureRequest) -> str:
     """Each integration test runs on SQLite, on PostgreSQL, and on PostgreSQL through
     PgBouncer in transaction pooling mode."""
-    fixture = {"sqlite": "sqlite_url", "postgres": "pg_url", "pgbouncer": "bouncer_url"}
-    return str(request.getfixturevalue(fixture[request.param]))
+    return store_url(request, request.param)
 
 
 @pytest.fixture

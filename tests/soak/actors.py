@@ -17,8 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from saga import Coordinator, SagaStatus
-from tests.crash.child import ROOT
-from tests.crash.harness import child_env
+from tests.children import ROOT, child_env
 from tests.soak import bank
 from tests.soak.fleet import Fleet
 

@@ -19,8 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tests.crash.child import ROOT
-from tests.crash.harness import child_env
+from tests.children import ROOT, child_env
 
 
 @dataclasses.dataclass

@@ -30,8 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from saga import Coordinator
-from tests.crash.child import ROOT
-from tests.crash.harness import child_env
+from tests.children import ROOT, child_env
 from tests.soak import bank
 from tests.soak.actors import ACTIVE, Action, Kill, Killer, Monitor, Operator, saga_cli
 from tests.soak.driver import read_journal

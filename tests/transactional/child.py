@@ -1,9 +1,10 @@
 """Crash children for the transactional tests: one saga per forked process.
 
-saga.testing's fork server (the one ``crash_matrix`` uses) forks a process
+The shared fork server (:class:`tests.children.ForkServer`) forks a process
 per request, arms ``SAGA_FAULTS`` in it and calls :func:`job` with
-``{"url": ..., "shape": ...}``, which runs that saga on a short lease. The
-fault point SIGKILLs it exactly as an OOM kill or a power cut would.
+``{"url": ..., "shape": ...}``, which runs that saga on a short lease and
+reports its status (:func:`tests.children.report`). The fault point SIGKILLs
+it exactly as an OOM kill or a power cut would.
 
 Shapes (all steps transactional, with transactional compensations):
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from saga import Coordinator, SagaFailed
+from tests import children
 from tests.transactional import app
 
 LEASE_TTL = 0.15
@@ -48,4 +50,4 @@ def _block(coord: Coordinator, fail: bool) -> str | None:
 def job(request: dict[str, Any]) -> None:
     """The fork server's entry point: run ``request["shape"]`` on ``request["url"]``."""
     with Coordinator(request["url"], lease_ttl=LEASE_TTL) as coord:
-        print("ended", run_shape(coord, request["shape"]), flush=True)
+        children.report(status=run_shape(coord, request["shape"]))

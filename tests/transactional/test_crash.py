@@ -16,15 +16,12 @@ Everything runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from saga import Coordinator, SagaStatus
-from saga.testing.forkserver import ForkServer as SharedForkServer
-from tests.crash.child import ROOT, recover_until_settled
-from tests.crash.harness import Ended, child_env, log_tail
+from tests.children import ForkServer, log_tail, recover_until_settled
 from tests.transactional import app
 from tests.transactional.invariants import check_agree
 
@@ -69,34 +66,7 @@ def expected(shape: str, point: str) -> SagaStatus | None:
     return SagaStatus.COMPENSATED  # on_crash="compensate", or an unfinished block
 
 
-class ForkServer:
-    """saga.testing's fork server, calling ``tests.transactional.child:job`` per case."""
-
-    def __init__(self) -> None:
-        self.server = SharedForkServer(cwd=ROOT, env=child_env())
-
-    def run(self, url: str, shape: str, point: str, log: Path) -> Ended:
-        request = {"url": url, "shape": shape}
-        return self.server.call("tests.transactional.child:job", request, log, point)
-
-    def close(self) -> None:
-        self.server.close()
-
-
-@pytest.fixture(scope="module")
-def fork_server() -> Iterator[ForkServer]:
-    server = ForkServer()
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-@pytest.fixture
-def db_url(request: pytest.FixtureRequest) -> str:
-    """A fresh store on the backend the case is parametrised with."""
-    fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
-    return str(request.getfixturevalue(fixture))
+ENTRY = "tests.transactional.child:job"
 
 
 def _cases() -> list[object]:
@@ -116,20 +86,22 @@ def _cases() -> list[object]:
     return cases
 
 
-@pytest.mark.parametrize(("db_url", "shape", "point"), _cases(), indirect=["db_url"])
+@pytest.mark.parametrize(("backend_url", "shape", "point"), _cases(), indirect=["backend_url"])
 def test_sigkill_around_the_commit_keeps_effects_and_records_in_agreement(
-    db_url: str, fork_server: ForkServer, tmp_path: Path, shape: str, point: str
+    backend_url: str, fork_server: ForkServer, tmp_path: Path, shape: str, point: str
 ) -> None:
-    app.create_tables(db_url)
+    app.create_tables(backend_url)
     log = tmp_path / "child.log"
 
-    ended = fork_server.run(db_url, shape, point, log)
+    ended = fork_server.using(ENTRY).call({"url": backend_url, "shape": shape}, log, point)
 
     assert ended.killed, f"the child did not die at {point}: {ended}\n{log_tail(log)}"
-    with Coordinator(db_url, lease_ttl=10.0, trusted_modules=["tests.transactional.app"]) as coord:
+    with Coordinator(
+        backend_url, lease_ttl=10.0, trusted_modules=["tests.transactional.app"]
+    ) as coord:
         recover_until_settled(coord, timeout=30)
         sagas = coord.list(limit=10)
-    rows = app.read_effects(db_url)
+    rows = app.read_effects(backend_url)
     status = expected(shape, point)
     if status is None:
         assert sagas == [], "a saga was recorded before its first commit"
