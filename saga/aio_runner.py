@@ -56,8 +56,8 @@ class ThreadedAsyncStore:
     async def close(self) -> None:
         """Release what the async side holds (the sync store is closed by its owner)."""
 
-    async def commit(self, change: Commit, lease_ttl: float) -> bool:
-        return await asyncio.to_thread(self.sync.commit, change, lease_ttl)
+    async def commit(self, change: Commit) -> bool:
+        return await asyncio.to_thread(self.sync.commit, change)
 
     async def load(self, saga_id: str) -> SagaRecord | None:
         return await asyncio.to_thread(self.sync.load, saga_id)
@@ -79,7 +79,7 @@ class AsyncRunner:
         error: str | None = None,
     ) -> SagaRecord:
         change = engine.commit(record, writes, events, status, error)
-        cancel = await self.store.commit(change, self.sync.lease_ttl)
+        cancel = await self.store.commit(change)
         return engine.apply(record, change, cancel)
 
     # -- forward ---------------------------------------------------------------------------

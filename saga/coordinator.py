@@ -312,7 +312,7 @@ class Coordinator:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
         record = self.store.load(saga_id)
         if record is not None and record.owner == self.owner:
-            self.store.commit(engine.release(record), self.lease_ttl)
+            self.store.commit(engine.release(record))
 
     def _refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> None:
         """Record why a claimed saga was not finished, and release it; both fenced by the

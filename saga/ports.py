@@ -225,14 +225,9 @@ class SagaStore(Protocol):
         """
         ...
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         """Apply ``change`` fenced by its epoch; return whether the saga must stop
         (a cancel was requested or its deadline passed, by the database clock)."""
-        ...
-
-    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
-        """Extend the lease; return whether the saga must stop (as ``commit`` does).
-        ``LeaseLostError`` if superseded."""
         ...
 
     def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:

@@ -54,7 +54,7 @@ class Runner:
     ) -> SagaRecord:
         """Commit changes to ``record`` (fenced) and return the record as it now stands."""
         change = engine.commit(record, writes, events, status, error)
-        cancel = self.store.commit(change, self.lease_ttl)
+        cancel = self.store.commit(change)
         return engine.apply(record, change, cancel)
 
     # -- forward ----------------------------------------------------------------------------

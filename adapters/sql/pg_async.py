@@ -111,8 +111,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
 
         return await self._retried(once)
 
-    async def commit(self, change: Commit, lease_ttl: float) -> bool:
-        del lease_ttl  # leases are renewed by the heartbeat, not by commits
+    async def commit(self, change: Commit) -> bool:
         statement, params = commit_sql(change)
         tries = 0
 

@@ -110,10 +110,9 @@ class SqliteHotPath:
 
         return self._transaction(work, keep=bool)
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
+    def commit(self, change: Commit) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing (and nothing was written)."""
-        del lease_ttl  # leases are renewed by the heartbeat, not by commits
 
         def work(connection: sqlite3.Connection) -> bool | None:
             params = {

@@ -221,7 +221,7 @@ class SqlSagaStore:
             raise StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
         return existing, False
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         tries = 0
 
         def apply_or_recognise() -> bool:
@@ -231,7 +231,7 @@ class SqlSagaStore:
                 landed = self._once(lambda connection: self._landed(connection, change))
                 if landed is not None:
                     return landed
-            return self._apply(change, lease_ttl)
+            return self._apply(change)
 
         return self._retried(apply_or_recognise)
 
@@ -286,11 +286,11 @@ class SqlSagaStore:
             raise _StepRaised(error) from error
         return result
 
-    def _apply(self, change: Commit, lease_ttl: float) -> bool:
+    def _apply(self, change: Commit) -> bool:
         if self.hot is None:
             return self._once(lambda connection: self._commit(connection, change))
         self._ensure_schema()
-        cancel = self.hot.commit(change, lease_ttl)
+        cancel = self.hot.commit(change)
         if cancel is None:
             raise LeaseLostError(change.saga_id, change.epoch)
         return cancel
@@ -385,21 +385,6 @@ class SqlSagaStore:
                 **stamped,
             )
         )
-
-    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
-        def work(connection: Connection) -> bool:
-            now = self.dialect.now()
-            row = connection.execute(
-                update(t.instances)
-                .where(t.instances.c.id == saga_id, t.instances.c.epoch == epoch)
-                .values(lease_expires_at=now + lease_ttl)
-                .returning(self._stop())
-            ).first()
-            if row is None:
-                raise LeaseLostError(saga_id, epoch)
-            return bool(row.stop)
-
-        return self._transaction(work)
 
     def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:
         pairs = sorted(held.items())

@@ -66,9 +66,9 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         return self._write("create", lambda: parent.create(saga, first, lease_ttl))
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         parent = super()
-        return self._write("commit", lambda: parent.commit(change, lease_ttl))
+        return self._write("commit", lambda: parent.commit(change))
 
     def transact(
         self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
@@ -149,8 +149,8 @@ class _LossyHotPath:
         self.store.committed()
         return created
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
-        stop: bool | None = self.hot.commit(change, lease_ttl)
+    def commit(self, change: Commit) -> bool | None:
+        stop: bool | None = self.hot.commit(change)
         self.store.committed()
         return stop
 
@@ -196,9 +196,9 @@ class SiblingFirstStore(LostAckStore):
         self._pending.change = first
         return super().create(saga, first, lease_ttl)
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         self._pending.change = change
-        return super().commit(change, lease_ttl)
+        return super().commit(change)
 
     def transact(
         self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float

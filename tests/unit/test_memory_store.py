@@ -17,7 +17,7 @@ from saga import (
     StorageError,
     UnknownSagaError,
 )
-from saga.ports import Commit, Event, ListQuery, SagaRecord, StepRecord, StepWrite
+from saga.ports import Commit, Event, ListQuery, Renewal, SagaRecord, StepRecord, StepWrite
 from saga.store import open_store
 
 TTL = 10.0
@@ -134,7 +134,7 @@ def test_commit_writes_steps_status_and_events_but_leaves_the_lease(
         steps=(StepWrite(done, stamp="finished"),),
         events=(Event("step_succeeded", "reserve", 1, {"n": 1}),),
     )
-    assert store.commit(change, TTL) is False
+    assert store.commit(change) is False
     loaded = store.load(saga.id)
     assert loaded is not None
     assert (loaded.status, loaded.error, loaded.updated_at) == (
@@ -163,7 +163,7 @@ def test_commit_writes_steps_status_and_events_but_leaves_the_lease(
 def test_an_update_rewrites_only_the_mutable_step_columns(store: InMemorySagaStore) -> None:
     saga = create(store)
     forged = StepRecord("renamed", 1, StepStatus.SUCCEEDED, 1, action_ref="os:system")
-    store.commit(Commit(saga.id, 1, steps=(StepWrite(forged),)), TTL)
+    store.commit(Commit(saga.id, 1, steps=(StepWrite(forged),)))
     loaded = store.load(saga.id)
     assert loaded is not None
     assert (loaded.steps[0].name, loaded.steps[0].action_ref) == ("reserve", None)
@@ -177,14 +177,14 @@ def test_a_stale_epoch_writes_nothing(store: InMemorySagaStore, clock: Clock) ->
     before = (store.load(saga.id), store.events(saga.id))
     stale = Commit(saga.id, 1, status=SagaStatus.COMPLETED, events=(Event("saga_completed"),))
     with pytest.raises(LeaseLostError) as caught:
-        store.commit(stale, TTL)
+        store.commit(stale)
     assert (caught.value.saga_id, caught.value.epoch) == (saga.id, 1)
     assert (store.load(saga.id), store.events(saga.id)) == before
 
 
 def test_commit_to_an_unknown_saga_is_a_lost_lease(store: InMemorySagaStore) -> None:
     with pytest.raises(LeaseLostError):
-        store.commit(Commit("nope", 1), TTL)
+        store.commit(Commit("nope", 1))
 
 
 def test_a_duplicate_step_rolls_the_whole_commit_back(store: InMemorySagaStore) -> None:
@@ -197,7 +197,7 @@ def test_a_duplicate_step_rolls_the_whole_commit_back(store: InMemorySagaStore) 
         events=(Event("saga_completed"),),
     )
     with pytest.raises(StorageError, match="reserve"):
-        store.commit(change, TTL)
+        store.commit(change)
     loaded = store.load(saga.id)
     assert loaded is not None
     assert loaded.status is SagaStatus.RUNNING
@@ -209,7 +209,7 @@ def test_release_drops_owner_and_expires_the_lease_at_once(
     store: InMemorySagaStore, clock: Clock
 ) -> None:
     saga = create(store)
-    store.commit(Commit(saga.id, 1, release=True), TTL)
+    store.commit(Commit(saga.id, 1, release=True))
     loaded = store.load(saga.id)
     assert loaded is not None
     assert (loaded.owner, loaded.lease_expires_at) == (None, clock.now)
@@ -220,12 +220,11 @@ def test_release_drops_owner_and_expires_the_lease_at_once(
 def test_renew_extends_the_lease_and_is_fenced(store: InMemorySagaStore, clock: Clock) -> None:
     saga = create(store)
     clock.advance(3)
-    assert store.renew(saga.id, 1, TTL) is False
+    assert store.renew_many({saga.id: 1}, TTL) == Renewal()
     loaded = store.load(saga.id)
     assert loaded is not None
     assert loaded.lease_expires_at == clock.now + TTL
-    with pytest.raises(LeaseLostError):
-        store.renew(saga.id, 2, TTL)
+    assert store.renew_many({saga.id: 2}, TTL) == Renewal(lost=frozenset({saga.id}))
 
 
 def test_claim_is_refused_while_another_owner_lease_is_live(
@@ -248,7 +247,7 @@ def test_a_live_lease_is_not_taken_even_by_its_owner(store: InMemorySagaStore) -
 
 def test_a_released_saga_can_be_claimed_at_once(store: InMemorySagaStore) -> None:
     saga = create(store, owner="a")
-    store.commit(Commit(saga.id, 1, status=SagaStatus.FAILED, release=True), TTL)
+    store.commit(Commit(saga.id, 1, status=SagaStatus.FAILED, release=True))
     assert store.claim(saga.id, "b", TTL, Event("operator_action")).epoch == 2
 
 
@@ -265,9 +264,9 @@ def test_claim_expired_takes_only_active_sagas_whose_lease_ran_out(
     newer = create(store)
     live = create(store)
     finished = create(store)
-    store.commit(Commit(finished.id, 1, status=SagaStatus.COMPLETED, release=True), TTL)
+    store.commit(Commit(finished.id, 1, status=SagaStatus.COMPLETED, release=True))
     clock.advance(TTL - 0.5)
-    store.renew(live.id, 1, TTL)
+    store.renew_many({live.id: 1}, TTL)
     clock.advance(1)
     assert store.claim_expired("r", TTL, limit=1) == [older.id]
     assert store.claim_expired("r", TTL, limit=10) == [newer.id]
@@ -282,8 +281,8 @@ def test_claim_expired_takes_only_active_sagas_whose_lease_ran_out(
 def test_cancel_request_is_reported_by_the_next_commit(store: InMemorySagaStore) -> None:
     saga = create(store)
     store.request_cancel(saga.id, Event("operator_action", detail={"action": "cancel"}))
-    assert store.commit(Commit(saga.id, 1), TTL) is True
-    assert store.renew(saga.id, 1, TTL) is True
+    assert store.commit(Commit(saga.id, 1)) is True
+    assert store.renew_many({saga.id: 1}, TTL).stop == {saga.id}
     with pytest.raises(UnknownSagaError):
         store.request_cancel("nope", Event("operator_action"))
 
@@ -332,7 +331,7 @@ def test_list_is_newest_first_with_filters_and_keyset_pages(
     assert [s.id for s in store.list(ListQuery(name="odd"))] == [ids[3], ids[1]]
     assert [s.id for s in store.list(ListQuery(older_than=4.5))] == [ids[0]]
     assert store.list(ListQuery(before="unknown")) == []
-    store.commit(Commit(ids[2], 1, status=SagaStatus.COMPLETED), TTL)
+    store.commit(Commit(ids[2], 1, status=SagaStatus.COMPLETED))
     done = store.list(ListQuery(status=(SagaStatus.COMPLETED,)))
     assert [s.id for s in done] == [ids[2]]
 
@@ -345,7 +344,7 @@ def test_list_breaks_ties_on_id(store: InMemorySagaStore) -> None:
 def test_stuck_means_active_with_an_expired_lease(store: InMemorySagaStore, clock: Clock) -> None:
     stuck = create(store)
     done = create(store)
-    store.commit(Commit(done.id, 1, status=SagaStatus.COMPLETED, release=True), TTL)
+    store.commit(Commit(done.id, 1, status=SagaStatus.COMPLETED, release=True))
     assert store.list(ListQuery(stuck=True)) == []
     clock.advance(TTL + 1)
     assert [s.id for s in store.list(ListQuery(stuck=True))] == [stuck.id]
@@ -403,10 +402,10 @@ def test_a_deadline_is_kept_as_an_absolute_time_and_stops_the_saga(
     saga = dataclasses.replace(saga_record(), deadline=5.0)  # seconds from now, at creation
     stored, _ = store.create(saga, Commit(saga.id, 1), TTL)
     assert stored.deadline == clock.now + 5.0
-    assert store.commit(Commit(saga.id, 1), TTL) is False
+    assert store.commit(Commit(saga.id, 1)) is False
     clock.advance(6)
-    assert store.commit(Commit(saga.id, 1), TTL) is True
-    assert store.renew(saga.id, 1, TTL) is True
+    assert store.commit(Commit(saga.id, 1)) is True
+    assert store.renew_many({saga.id: 1}, TTL).stop == {saga.id}
 
 
 def test_transact_applies_the_change_built_from_the_work_result(store: InMemorySagaStore) -> None:
