@@ -36,9 +36,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from saga.adapters.threaded_async import ThreadedAsyncStore
+
 from benchmarks.common import DEFAULT_POSTGRES, dedicated_database, measure
 from saga import AsyncCoordinator, Coordinator, Saga, StepContext
-from saga.aio_runner import ThreadedAsyncStore
 from saga.ports import Commit, SagaRecord
 
 CALLERS = 8

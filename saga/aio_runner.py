@@ -4,7 +4,7 @@ The engine decides; this module only awaits. Store calls go through the
 async form of the store (``saga.store.async_store``): on PostgreSQL,
 creations and commits are native async statements; everything else, and
 everything on SQLite, is the sync store in worker threads
-(:class:`ThreadedAsyncStore`; docs/async.md has the measurements). Async step
+(``saga.adapters.threaded_async``; docs/async.md has the measurements). Async step
 functions are awaited on the caller's event loop; sync ones run in a worker
 thread. Independent steps run as concurrent tasks, bounded by
 ``max_concurrency``.
@@ -28,39 +28,11 @@ from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, StepTimeoutError
 from saga.failure import compensation_failed
 from saga.frontier import Frontier
 from saga.policy import RetryPolicy
-from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
+from saga.ports import AsyncSagaStore, Event, SagaRecord, StepRecord, StepWrite
 from saga.runner import Action, Runner, Undoing, undone_outcome
 from saga.status import SagaStatus, StepKind, StepStatus
 
 T = TypeVar("T")
-
-
-class ThreadedAsyncStore:
-    """Awaitable access to a sync ``SagaStore``: each call runs in a worker thread.
-
-    The async form of the storage port. A backend may send its hot calls
-    (``create``, ``commit``) natively instead: see ``saga.store.async_store``.
-    """
-
-    def __init__(self, store: SagaStore) -> None:
-        self.sync = store
-
-    async def call(self, method: Callable[..., T], *args: Any) -> T:
-        return await asyncio.to_thread(method, *args)
-
-    async def create(
-        self, saga: SagaRecord, first: Commit, lease_ttl: float
-    ) -> tuple[SagaRecord, bool]:
-        return await asyncio.to_thread(self.sync.create, saga, first, lease_ttl)
-
-    async def close(self) -> None:
-        """Release what the async side holds (the sync store is closed by its owner)."""
-
-    async def commit(self, change: Commit) -> bool:
-        return await asyncio.to_thread(self.sync.commit, change)
-
-    async def load(self, saga_id: str) -> SagaRecord | None:
-        return await asyncio.to_thread(self.sync.load, saga_id)
 
 
 @dataclasses.dataclass
@@ -68,7 +40,7 @@ class AsyncRunner:
     """Executes sagas on an event loop for one ``AsyncCoordinator``."""
 
     sync: Runner
-    store: ThreadedAsyncStore
+    store: AsyncSagaStore
 
     async def write(
         self,

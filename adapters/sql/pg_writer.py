@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import functools
 import json
+import typing
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
+from saga.errors import StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord, StepRecord, StepWrite
 
-from .postgres import execute_one
+from .messages import first_line
 
 _NOW = "extract(epoch from clock_timestamp())::float8"
 _FENCED = "EXISTS (SELECT 1 FROM fence)"
@@ -314,3 +318,31 @@ class PostgresHotPath:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def execute_one(
+    engine: Engine, statement: str, params: dict[str, Any], prepare: bool | None = None
+) -> Any:
+    """Run one statement on a raw psycopg connection; return its first row (or None).
+
+    ``prepare`` as psycopg takes it (None: prepared once used a few times).
+    Driver errors become saga's: a broken connection is thrown away and
+    reported as ``StorageUnavailableError`` (retried by the store).
+    """
+    try:
+        connection = engine.raw_connection()
+    except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
+        raise StorageUnavailableError(first_line(error)) from error
+    try:
+        cursor = typing.cast("psycopg.Cursor[Any]", connection.cursor())  # psycopg's own
+        cursor.execute(statement, params, prepare=prepare)
+        row = cursor.fetchone()
+        cursor.close()
+        return row
+    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        connection.invalidate()
+        raise StorageUnavailableError(first_line(error)) from error
+    except psycopg.Error as error:
+        raise StorageError(first_line(error)) from error
+    finally:
+        connection.close()

@@ -114,8 +114,8 @@ class LostAckStore(SqlSagaStore):
 
     # -- where the acknowledgement is lost ------------------------------------------------
 
-    def _once(self, work: Callable[[Connection], T]) -> T:
-        result = super()._once(work)
+    def once(self, work: Callable[[Connection], T]) -> T:
+        result = super().once(work)
         self.committed()
         return result
 
