@@ -379,27 +379,21 @@ class MigratableSchema(Protocol):
 
 
 class SchemaFound(Protocol):
-    """What :meth:`MigratableSchema.read_schema` found."""
+    """What :meth:`MigratableSchema.read_schema` found: the revision the database is
+    ``at``, the ``revision`` migrations recorded, the ``legacy`` version a release
+    before them recorded, and the ``state`` (empty, current, behind, ahead, unknown)."""
 
     @property
-    def at(self) -> str | None:
-        """The revision the database is at (None: no saga tables, or unknown)."""
-        ...
+    def at(self) -> str | None: ...
 
     @property
-    def revision(self) -> str | None:
-        """The revision recorded by migrations (None before them)."""
-        ...
+    def revision(self) -> str | None: ...
 
     @property
-    def legacy(self) -> int | None:
-        """The version a release before migrations recorded."""
-        ...
+    def legacy(self) -> int | None: ...
 
     @property
-    def state(self) -> str:
-        """empty, current, behind, ahead or unknown."""
-        ...
+    def state(self) -> str: ...
 
 
 @runtime_checkable
