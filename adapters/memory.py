@@ -110,8 +110,7 @@ class InMemorySagaStore:
             self._append_all(saga.id, first.epoch, first.events, now)
             return self._loaded(saga.id), True
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
-        del lease_ttl  # leases are renewed by the heartbeat, not by commits
+    def commit(self, change: Commit) -> bool:
         with self._lock:
             row = self._fenced(change.saga_id, change.epoch)
             now = self.now()
@@ -122,7 +121,7 @@ class InMemorySagaStore:
             return _must_stop(row.saga, now)
 
     def transact(
-        self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
+        self, work: Callable[[Any], T], change_for: Callable[[T], Commit]
     ) -> tuple[T, bool]:
         """Run ``work(None)``, then apply ``change_for(result)``; nothing if ``work`` raises.
 
@@ -130,25 +129,21 @@ class InMemorySagaStore:
         ``ctx.session`` None here, so test steps that use it on SQLite.
         """
         result = work(None)
-        return result, self.commit(change_for(result), lease_ttl)
-
-    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
-        with self._lock:
-            row = self._fenced(saga_id, epoch)
-            now = self.now()
-            row.saga = dataclasses.replace(row.saga, lease_expires_at=now + lease_ttl)
-            return _must_stop(row.saga, now)
+        return result, self.commit(change_for(result))
 
     def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:
         stop: set[str] = set()
         lost: set[str] = set()
         with self._lock:
+            now = self.now()
             for saga_id, epoch in held.items():
-                try:
-                    if self.renew(saga_id, epoch, lease_ttl):
-                        stop.add(saga_id)
-                except LeaseLostError:
+                row = self._rows.get(saga_id)
+                if row is None or row.saga.epoch != epoch:
                     lost.add(saga_id)
+                    continue
+                row.saga = dataclasses.replace(row.saga, lease_expires_at=now + lease_ttl)
+                if _must_stop(row.saga, now):
+                    stop.add(saga_id)
         return Renewal(frozenset(stop), frozenset(lost))
 
     def claim(

@@ -1,7 +1,9 @@
-"""The async form of a sync store: each call in a worker thread.
+"""The async form of any ``SagaStore``: each call in a worker thread.
 
-What ``saga.store.async_store`` gives a backend without native async statements
-(SQLite; PostgreSQL's calls off the hot path). docs/async.md has the measurements.
+What the asyncio driver uses wherever a store has no native async form of its
+own (SQLite, the in-memory store, PostgreSQL's calls off the hot path):
+``asyncio.to_thread`` costs a thread hand-over per call, which docs/async.md
+measures against the native form.
 """
 
 from __future__ import annotations
@@ -16,28 +18,28 @@ T = TypeVar("T")
 
 
 class ThreadedAsyncStore:
-    """Awaitable access to a sync ``SagaStore``: each call runs in a worker thread.
-
-    The async form of the storage port. A backend may send its hot calls
-    (``create``, ``commit``) natively instead: see ``saga.store.async_store``.
-    """
+    """An ``AsyncSagaStore`` over a sync ``SagaStore``: each call runs in a worker thread."""
 
     def __init__(self, store: SagaStore) -> None:
         self.sync = store
 
     async def call(self, method: Callable[..., T], *args: Any) -> T:
+        """``method(*args)`` in a worker thread."""
         return await asyncio.to_thread(method, *args)
 
     async def create(
         self, saga: SagaRecord, first: Commit, lease_ttl: float
     ) -> tuple[SagaRecord, bool]:
+        """The sync store's ``create``, in a worker thread."""
         return await asyncio.to_thread(self.sync.create, saga, first, lease_ttl)
 
-    async def close(self) -> None:
-        """Release what the async side holds (the sync store is closed by its owner)."""
-
-    async def commit(self, change: Commit, lease_ttl: float) -> bool:
-        return await asyncio.to_thread(self.sync.commit, change, lease_ttl)
+    async def commit(self, change: Commit) -> bool:
+        """The sync store's ``commit``, in a worker thread."""
+        return await asyncio.to_thread(self.sync.commit, change)
 
     async def load(self, saga_id: str) -> SagaRecord | None:
+        """The sync store's ``load``, in a worker thread."""
         return await asyncio.to_thread(self.sync.load, saga_id)
+
+    async def close(self) -> None:
+        """Nothing of its own to release (the sync store is closed by its owner)."""

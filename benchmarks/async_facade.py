@@ -76,8 +76,8 @@ class InlineStore(ThreadedAsyncStore):
     ) -> tuple[SagaRecord, bool]:
         return self.sync.create(saga, first, lease_ttl)
 
-    async def commit(self, change: Commit, lease_ttl: float) -> bool:
-        return self.sync.commit(change, lease_ttl)
+    async def commit(self, change: Commit) -> bool:
+        return self.sync.commit(change)
 
     async def load(self, saga_id: str) -> SagaRecord | None:
         return self.sync.load(saga_id)

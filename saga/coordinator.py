@@ -27,7 +27,15 @@ from saga.errors import (
 )
 from saga.lease import Heartbeat, check_lease_ttl
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import ClaimGuard, Event, EventRecord, ListQuery, SagaRecord, SagaStore
+from saga.ports import (
+    ClaimGuard,
+    Event,
+    EventRecord,
+    JoinsSessions,
+    ListQuery,
+    SagaRecord,
+    SagaStore,
+)
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.scope import SagaScope
@@ -315,7 +323,7 @@ class Coordinator:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
         record = self.store.load(saga_id)
         if record is not None and record.owner == self.owner:
-            self.store.commit(engine.release(record), self.lease_ttl)
+            self.store.commit(engine.release(record))
 
     def _refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> None:
         """Record why a claimed saga was not finished, and release it; both fenced by the
@@ -424,13 +432,12 @@ class Coordinator:
 
 def use_session_factory(store: SagaStore, factory: Callable[..., Any]) -> None:
     """Install the application's session factory on a SQL store (checked there)."""
-    install = getattr(store, "use_session_factory", None)
-    if install is None:
+    if not isinstance(store, JoinsSessions):
         raise ConfigurationError(
             f"the store at {store.url} has no SQL transactions to join; "
             "session_factory needs a PostgreSQL or SQLite store"
         )
-    install(factory)
+    store.use_session_factory(factory)
 
 
 def _statuses(

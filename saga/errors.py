@@ -29,10 +29,7 @@ these types.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from saga.status import SagaStatus
+from saga._statuses import SagaStatus
 
 
 class SagaError(Exception):

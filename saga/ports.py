@@ -5,6 +5,11 @@ and an append-only event history. Every change arrives as one
 :class:`Commit`, applied in one transaction and fenced by the saga's epoch:
 if the epoch moved on (another process claimed the saga) nothing is written
 and the store raises ``LeaseLostError``.
+
+:class:`SagaStore` is what every store does; :class:`AsyncSagaStore` is its
+awaitable form for the asyncio driver. What only some stores can do is a small
+optional protocol of its own (:class:`Deletable`, :class:`JoinsSessions`,
+:class:`MigratableSchema`, :class:`NativeAsync`), asked with ``isinstance``.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from saga.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
@@ -225,14 +230,9 @@ class SagaStore(Protocol):
         """
         ...
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         """Apply ``change`` fenced by its epoch; return whether the saga must stop
         (a cancel was requested or its deadline passed, by the database clock)."""
-        ...
-
-    def renew(self, saga_id: str, epoch: int, lease_ttl: float) -> bool:
-        """Extend the lease; return whether the saga must stop (as ``commit`` does).
-        ``LeaseLostError`` if superseded."""
         ...
 
     def renew_many(self, held: Mapping[str, int], lease_ttl: float) -> Renewal:
@@ -264,7 +264,6 @@ class SagaStore(Protocol):
         self,
         work: Callable[[Any], T],
         change_for: Callable[[T], Commit],
-        lease_ttl: float,
     ) -> tuple[T, bool]:
         """Run ``work(session)`` and apply ``change_for(its result)`` in one transaction
         (transactional steps); ``session`` is a SQLAlchemy ``Session`` in it."""
@@ -297,3 +296,109 @@ class SagaStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class AsyncSagaStore(Protocol):
+    """The async form of the port, for the asyncio driver: the calls on its hot path
+    (creations, commits, loads) awaitable; anything else through :meth:`call`.
+
+    ``saga.store.async_store`` picks one: a store's native async form if it has
+    one (:class:`NativeAsync`), else its calls in worker threads.
+    """
+
+    sync: SagaStore
+    """The sync store behind this one (closed by its owner, not by :meth:`close`)."""
+
+    async def call(self, method: Callable[..., T], *args: Any) -> T:
+        """``method(*args)``, a call of the sync store, without blocking the event loop."""
+        ...
+
+    async def create(
+        self, saga: SagaRecord, first: Commit, lease_ttl: float
+    ) -> tuple[SagaRecord, bool]:
+        """As :meth:`SagaStore.create`."""
+        ...
+
+    async def commit(self, change: Commit) -> bool:
+        """As :meth:`SagaStore.commit`."""
+        ...
+
+    async def load(self, saga_id: str) -> SagaRecord | None: ...
+
+    async def close(self) -> None:
+        """Release what the async side holds (connections of its own, if any)."""
+        ...
+
+
+# -- capabilities only some stores have ----------------------------------------------------
+
+
+@runtime_checkable
+class Deletable(Protocol):
+    """A store that can delete sagas (``saga purge``)."""
+
+    def delete(self, saga_ids: Sequence[str]) -> int:
+        """Delete these sagas with their steps and events; return how many went."""
+        ...
+
+
+@runtime_checkable
+class JoinsSessions(Protocol):
+    """A store whose transactions a transactional step's SQL session can join."""
+
+    def use_session_factory(self, factory: Callable[..., Any]) -> None:
+        """Make the steps' sessions with ``factory`` (checked: it must reach this
+        store's database, and only it)."""
+        ...
+
+
+@runtime_checkable
+class MigratableSchema(Protocol):
+    """A store whose schema has revisions (``saga db status``, ``upgrade``, ``downgrade``)."""
+
+    url: str
+
+    def read_schema(self) -> SchemaFound:
+        """What the database holds of saga's schema (nothing changed)."""
+        ...
+
+    def upgrade_schema(self) -> builtins.list[str]:
+        """Migrate to this release's revision; the revisions applied, oldest first."""
+        ...
+
+    def upgrade_schema_sql(self) -> str:
+        """The SQL :meth:`upgrade_schema` would run (empty: nothing to do)."""
+        ...
+
+    def downgrade_schema(self, revision: str) -> builtins.list[str]:
+        """Reverse the migrations after ``revision``; those reversed, newest first."""
+        ...
+
+    def schema_version(self) -> str | None: ...
+
+
+class SchemaFound(Protocol):
+    """What :meth:`MigratableSchema.read_schema` found: the revision the database is
+    ``at``, the ``revision`` migrations recorded, the ``legacy`` version a release
+    before them recorded, and the ``state`` (empty, current, behind, ahead, unknown)."""
+
+    @property
+    def at(self) -> str | None: ...
+
+    @property
+    def revision(self) -> str | None: ...
+
+    @property
+    def legacy(self) -> int | None: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+@runtime_checkable
+class NativeAsync(Protocol):
+    """A store with an async form of its own, faster than its calls in worker threads."""
+
+    def native_async(self) -> AsyncSagaStore | None:
+        """The native async form, or None where this store has none (then: threads)."""
+        ...

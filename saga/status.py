@@ -1,58 +1,22 @@
-"""Statuses of sagas and steps, and the only transitions between them."""
+"""Statuses of sagas and steps, and the only transitions between them.
+
+The enums are defined in :mod:`saga._statuses`, which imports nothing, so that
+:mod:`saga.errors` can name them; this module imports the errors it raises.
+"""
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+from saga._statuses import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 from saga.errors import IllegalTransitionError
 
-
-class SagaStatus(StrEnum):
-    """Where a saga stands. The last four are terminal."""
-
-    RUNNING = "running"
-    COMPENSATING = "compensating"
-    COMPLETED = "completed"
-    COMPENSATED = "compensated"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
-
-    @property
-    def is_finished(self) -> bool:
-        """Finished for good: ``failed`` is terminal but waits for an operator."""
-        return self.is_terminal and self is not SagaStatus.FAILED
-
-
-class StepStatus(StrEnum):
-    """Where one step stands. ``pending`` and ``skipped`` are never stored."""
-
-    PENDING = "pending"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    IN_DOUBT = "in_doubt"
-    """Gave up without ever learning how it ended (its process died on every attempt):
-    it may have acted. Not the same as ``failed``, whose action is known to have raised."""
-    COMPENSATING = "compensating"
-    COMPENSATED = "compensated"
-    SKIPPED = "skipped"
-
-
-class StepKind(StrEnum):
-    """Garcia-Molina & Salem's step kinds."""
-
-    COMPENSATABLE = "compensatable"
-    PIVOT = "pivot"
-    RETRIABLE = "retriable"
-
-
-PIVOT_ACTED = frozenset({StepStatus.SUCCEEDED, StepStatus.RUNNING, StepStatus.IN_DOUBT})
-"""A pivot step in one of these may have had its irreversible effect: nothing before it
-may be unwound. Stores check the same set inside the claim of an unwinding verb."""
+__all__ = [
+    "PIVOT_ACTED",
+    "SagaStatus",
+    "StepKind",
+    "StepStatus",
+    "check_saga_move",
+    "check_step_move",
+]
 
 
 _SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
 
 from saga.errors import ConfigurationError
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import SagaStore
-
-if TYPE_CHECKING:
-    from saga.adapters.threaded_async import ThreadedAsyncStore
+from saga.ports import AsyncSagaStore, NativeAsync, SagaStore
 
 DEFAULT_URL = "sqlite:///saga.db"
 _log = logging.getLogger("saga")
@@ -48,15 +44,13 @@ def open_store(url: str | None = None, retry: RetryPolicy = STORE_RETRY) -> Saga
     )
 
 
-def async_store(store: SagaStore) -> ThreadedAsyncStore:
-    """The async form of ``store``: native async statements for PostgreSQL's hot path
-    (creations and commits), the sync store in worker threads for everything else."""
+def async_store(store: SagaStore) -> AsyncSagaStore:
+    """The async form of ``store``: its own native one if it has one (PostgreSQL's hot
+    path: creations and commits as async statements), else its calls in worker threads."""
+    if isinstance(store, NativeAsync):
+        native = store.native_async()
+        if native is not None:
+            return native
     from saga.adapters.threaded_async import ThreadedAsyncStore
 
-    if getattr(getattr(store, "dialect", None), "name", None) == "postgresql":
-        from saga.adapters.sql.pg_async import PostgresAsyncStore
-        from saga.adapters.sql.store import SqlSagaStore
-
-        if isinstance(store, SqlSagaStore) and store.hot is not None:
-            return PostgresAsyncStore(store)
     return ThreadedAsyncStore(store)

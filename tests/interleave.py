@@ -369,9 +369,9 @@ class _GatedHotPath:
         self.hooks.arrive("hot.create", describe(first, "create"), True, first)
         return bool(self.hot.create(saga, first, lease_ttl))
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
+    def commit(self, change: Commit) -> bool | None:
         self.hooks.arrive("hot.commit", describe(change, "commit"), True, change)
-        stop: bool | None = self.hot.commit(change, lease_ttl)
+        stop: bool | None = self.hot.commit(change)
         return stop
 
     def close(self) -> None:

@@ -61,6 +61,9 @@ from saga.codec import encode
 from saga.context import current_step
 from saga.errors import ConfigurationError, StorageError, StorageUnavailableError
 
+from ..sql.messages import first_line
+from ..sql.transactions import SqlTransactions
+
 __all__ = ["OutboxMessage", "Relay", "create_outbox_table", "outbox_table", "put"]
 
 _log = logging.getLogger("saga.outbox")
@@ -249,14 +252,13 @@ def _message(row: Row[Any]) -> OutboxMessage:
 def _engine_of(target: Any) -> Engine:
     if isinstance(target, Engine):
         return target
-    store = getattr(getattr(target, "sync", target), "store", None)
-    engine = getattr(store, "engine", None)
-    if not isinstance(engine, Engine):
+    store = getattr(getattr(target, "sync", target), "store", None)  # (Async)Coordinator
+    if not isinstance(store, SqlTransactions):
         raise ConfigurationError(
             f"the outbox lives in the saga store's SQL database; {target!r} has none "
             "(pass a Coordinator on PostgreSQL or SQLite, or its store's Engine)"
         )
-    return engine
+    return store.engine
 
 
 @contextlib.contextmanager
@@ -265,11 +267,6 @@ def _translated() -> Iterator[None]:
     try:
         yield
     except OperationalError as error:
-        raise StorageUnavailableError(f"outbox: {_first_line(error)}") from error
+        raise StorageUnavailableError(f"outbox: {first_line(error)}") from error
     except SQLAlchemyError as error:
-        raise StorageError(f"outbox: {_first_line(error)}") from error
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(getattr(error, "orig", None) or error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+        raise StorageError(f"outbox: {first_line(error)}") from error

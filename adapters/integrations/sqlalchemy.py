@@ -29,6 +29,7 @@ from saga.coordinator import Coordinator, use_session_factory
 from saga.errors import ConfigurationError
 
 from ..sql.binding import check_session_factory, same_database
+from ..sql.transactions import SqlTransactions
 
 __all__ = ["check_session_factory", "install_session_factory", "same_database", "store_engine"]
 
@@ -46,7 +47,7 @@ def store_engine(coord: Any) -> Engine:
     """The saga store's SQLAlchemy ``Engine``: where the tables that transactional
     steps write must live (create them with it, read them with it)."""
     sync = coord if isinstance(coord, Coordinator) else coord.sync
-    engine = getattr(sync.store, "engine", None)
-    if not isinstance(engine, Engine):
-        raise ConfigurationError(f"the store at {sync.store.url} is not a SQL database")
-    return engine
+    store = sync.store
+    if not isinstance(store, SqlTransactions):
+        raise ConfigurationError(f"the store at {store.url} is not a SQL database")
+    return store.engine

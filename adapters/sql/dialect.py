@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Engine, Insert, Select, Table
+from sqlalchemy import ColumnElement, Connection, Engine, Insert, Select, Table
 
-from saga.ports import Commit, SagaRecord
+from saga.policy import RetryPolicy
+from saga.ports import AsyncSagaStore, Commit, SagaRecord, SagaStore
+
+T = TypeVar("T")
 
 
 class HotPath(Protocol):
@@ -14,9 +18,26 @@ class HotPath(Protocol):
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool: ...
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None: ...
+    def commit(self, change: Commit) -> bool | None: ...
 
     def close(self) -> None: ...
+
+
+class SqlStore(SagaStore, Protocol):
+    """What a dialect's native async form needs of the SQL store it serves."""
+
+    engine: Engine
+    dialect: Dialect
+    retry: RetryPolicy
+
+    @property
+    def schema_ready(self) -> bool: ...
+
+    def ensure_schema(self) -> None: ...
+
+    def once(self, work: Callable[[Connection], T]) -> T:
+        """``work`` in one transaction of the store, not retried."""
+        ...
 
 
 class Dialect(Protocol):
@@ -34,6 +55,10 @@ class Dialect(Protocol):
 
     def hot_path(self, url: str) -> HotPath | None:
         """A faster way to create sagas and apply commits, if the backend has one."""
+        ...
+
+    def native_async(self, store: SqlStore) -> AsyncSagaStore | None:
+        """An async form of ``store`` native to the backend, if it has one."""
         ...
 
     def now(self) -> ColumnElement[float]:

@@ -11,13 +11,14 @@ have: a database saga does not recognise is reported and left alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import io
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, column, func, inspect, select, table
+from sqlalchemy import Connection, Engine, column, func, inspect, select, table
 
 from saga.errors import ConfigurationError, SchemaVersionError
 
@@ -36,9 +37,33 @@ from .revisions import (
 if TYPE_CHECKING:
     from alembic.config import Config
 
-    from .store import SqlSagaStore
-
 _SCRIPTS = Path(__file__).parent / "migrations"
+
+SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
+"""PostgreSQL's advisory lock that serialises schema changes."""
+SCHEMA_LOCK_SQL = f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"
+"""The lock, as the SQL ``saga db upgrade --sql`` prints for a DBA (a fixed number)."""
+
+
+class _Dialect(Protocol):
+    name: str
+
+    def lock_schema(self, connection: Any) -> None: ...
+
+
+class Migratable(Protocol):
+    """What migrating needs of a SQL store: its engine, dialect and error translation."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def dialect(self) -> _Dialect: ...
+
+    def translated(self) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Verdict(enum.Enum):
@@ -65,6 +90,11 @@ class Found:
         if self.revision is not None:
             return self.revision
         return None if self.legacy is None else LEGACY_REVISION.get(self.legacy)
+
+    @property
+    def state(self) -> str:
+        """The verdict's name: empty, current, behind, ahead or unknown."""
+        return self.verdict.value
 
     @property
     def verdict(self) -> Verdict:
@@ -96,13 +126,13 @@ def read(connection: Connection) -> Found:
     return Found(names, revision, legacy)
 
 
-def check(store: SqlSagaStore) -> None:
+def check(store: Migratable) -> None:
     """Refuse a database whose schema is not this release's; create an empty one.
 
     Run once when a store is first used: one cheap read, nothing migrated, except
     that a database without any of saga's tables gets them (first use needs no setup).
     """
-    with store._translated(), store.engine.connect() as connection:
+    with store.translated(), store.engine.connect() as connection:
         found = read(connection)
     if found.verdict is Verdict.CURRENT:
         return
@@ -155,7 +185,7 @@ def shape_problems(connection: Connection, revision: str) -> list[str]:
     return problems
 
 
-def _startable(store: SqlSagaStore, connection: Connection, found: Found, doing: str) -> str:
+def _startable(store: Migratable, connection: Connection, found: Found, doing: str) -> str:
     """The revision to start from; refuse what cannot be migrated, before any change."""
     if found.verdict in (Verdict.AHEAD, Verdict.UNKNOWN):
         raise refusal(store.url, found, doing)
@@ -172,7 +202,7 @@ def _startable(store: SqlSagaStore, connection: Connection, found: Found, doing:
     return at
 
 
-def upgrade(store: SqlSagaStore) -> list[str]:
+def upgrade(store: Migratable) -> list[str]:
     """Bring the database to this release's revision; return the revisions applied.
 
     An empty database gets every table; one of a release before migrations is stamped
@@ -180,7 +210,7 @@ def upgrade(store: SqlSagaStore) -> list[str]:
     """
     from alembic import command
 
-    with store._translated(), store.engine.begin() as connection:
+    with store.translated(), store.engine.begin() as connection:
         store.dialect.lock_schema(connection)  # a concurrent upgrade waits here, then finds
         found = read(connection)  # the work done
         start = None
@@ -195,13 +225,13 @@ def upgrade(store: SqlSagaStore) -> list[str]:
         return todo
 
 
-def downgrade(store: SqlSagaStore, target: str) -> list[str]:
+def downgrade(store: Migratable, target: str) -> list[str]:
     """Reverse the revisions after ``target``; return those reversed (newest first)."""
     from alembic import command
 
     if target not in KNOWN:
         raise ConfigurationError(f"unknown revision {target!r}; known: {', '.join(KNOWN)}")
-    with store._translated(), store.engine.begin() as connection:
+    with store.translated(), store.engine.begin() as connection:
         store.dialect.lock_schema(connection)
         found = read(connection)
         if found.verdict is Verdict.EMPTY:
@@ -216,11 +246,11 @@ def downgrade(store: SqlSagaStore, target: str) -> list[str]:
         return undo
 
 
-def upgrade_sql(store: SqlSagaStore) -> str:
+def upgrade_sql(store: Migratable) -> str:
     """The SQL ``upgrade`` would run on this database, for a DBA to review and run."""
     from alembic import command
 
-    with store._translated(), store.engine.connect() as connection:
+    with store.translated(), store.engine.connect() as connection:
         found = read(connection)
         start = None
         if found.verdict is not Verdict.EMPTY:
@@ -257,8 +287,6 @@ def run_environment() -> None:
         context.configure(dialect_name=dialect, literal_binds=True, **options)
         with context.begin_transaction():
             if dialect == "postgresql":  # as `saga db upgrade` does: one deploy at a time
-                from .postgres import SCHEMA_LOCK_SQL
-
                 context.execute(SCHEMA_LOCK_SQL)
             context.run_migrations()
         return

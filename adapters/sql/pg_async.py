@@ -22,13 +22,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
-from saga.adapters.threaded_async import ThreadedAsyncStore
 
 from saga.errors import LeaseLostError, StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord
 
+from ..threaded_async import ThreadedAsyncStore
+from .dialect import SqlStore
+from .messages import first_line
 from .pg_writer import commit_sql, create_sql
-from .store import SqlSagaStore
+from .writes import clash, landed
 
 T = TypeVar("T")
 POOL_SIZE = 10
@@ -62,7 +64,7 @@ class _Pool:
                 self.conninfo, autocommit=True, **self.connect_args
             )
         except psycopg.Error as error:  # no connection to be had: server down, no database
-            raise StorageUnavailableError(_first_line(error)) from error
+            raise StorageUnavailableError(first_line(error)) from error
 
     async def close(self) -> None:
         idle, self.idle = self.idle, []
@@ -84,15 +86,16 @@ async def _close(connection: psycopg.AsyncConnection[Any]) -> None:
 class PostgresAsyncStore(ThreadedAsyncStore):
     """``ThreadedAsyncStore`` whose creations and commits are native async statements."""
 
-    def __init__(self, store: SqlSagaStore, pool_size: int = POOL_SIZE) -> None:
+    def __init__(
+        self, store: SqlStore, connect_args: dict[str, Any], pool_size: int = POOL_SIZE
+    ) -> None:
+        """``connect_args``: the sync store's (connect_timeout, and prepare_threshold
+        from the URL), so that both sides connect alike."""
         super().__init__(store)
         self.store = store
         url = store.engine.url.set(drivername="postgresql")
         self.conninfo = url.render_as_string(hide_password=False)
-        # The sync store's (connect_timeout, and prepare_threshold from the URL).
-        self.connect_args: dict[str, Any] = dict(
-            getattr(store.dialect, "connect_args", {"connect_timeout": 5})
-        )
+        self.connect_args = dict(connect_args)
         self.pool_size = pool_size
         self._pool: _Pool | None = None
 
@@ -106,13 +109,11 @@ class PostgresAsyncStore(ThreadedAsyncStore):
             if await self._execute(statement, params) is not None:
                 return saga, True
             # A clash on (name, key), or our own insert whose acknowledgement was lost.
-            store = self.store
-            return await asyncio.to_thread(store._once, lambda c: store._clash(c, saga))
+            return await asyncio.to_thread(self.store.once, lambda c: clash(c, saga))
 
         return await self._retried(once)
 
-    async def commit(self, change: Commit, lease_ttl: float) -> bool:
-        del lease_ttl  # leases are renewed by the heartbeat, not by commits
+    async def commit(self, change: Commit) -> bool:
         statement, params = commit_sql(change)
         tries = 0
 
@@ -120,10 +121,12 @@ class PostgresAsyncStore(ThreadedAsyncStore):
             nonlocal tries
             tries += 1
             if tries > 1:  # the last try may have committed before its connection dropped
-                store = self.store
-                landed = await asyncio.to_thread(store._once, lambda c: store._landed(c, change))
-                if landed is not None:
-                    return landed
+                dialect = self.store.dialect
+                mine = await asyncio.to_thread(
+                    self.store.once, lambda c: landed(c, dialect, change)
+                )
+                if mine is not None:
+                    return mine
             await self._schema()
             row = await self._execute(statement, params)
             if row is None:
@@ -140,8 +143,8 @@ class PostgresAsyncStore(ThreadedAsyncStore):
     # -- plumbing ---------------------------------------------------------------------
 
     async def _schema(self) -> None:
-        if not self.store._schema_ready:
-            await asyncio.to_thread(self.store._ensure_schema)
+        if not self.store.schema_ready:
+            await asyncio.to_thread(self.store.ensure_schema)
 
     async def _execute(self, statement: str, params: dict[str, Any]) -> Any:
         """Run one statement; its first row (or None). Driver errors become saga's."""
@@ -150,9 +153,9 @@ class PostgresAsyncStore(ThreadedAsyncStore):
                 cursor = await connection.execute(statement, params)
                 return await cursor.fetchone()
             except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-                raise StorageUnavailableError(_first_line(error)) from error
+                raise StorageUnavailableError(first_line(error)) from error
             except psycopg.Error as error:
-                raise StorageError(_first_line(error)) from error
+                raise StorageError(first_line(error)) from error
 
     def _here(self) -> _Pool:
         """The pool of the running event loop (a coordinator may outlive a loop)."""
@@ -173,8 +176,3 @@ class PostgresAsyncStore(ThreadedAsyncStore):
             with attempt:
                 return await work()
         raise AssertionError("unreachable: tenacity re-raises")  # pragma: no cover
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import functools
 import json
+import typing
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
+from saga.errors import StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord, StepRecord, StepWrite
 
-from .postgres import execute_one
+from .messages import first_line
 
 _NOW = "extract(epoch from clock_timestamp())::float8"
 _FENCED = "EXISTS (SELECT 1 FROM fence)"
@@ -51,14 +55,11 @@ def _unnest(prefix: str, columns: str) -> str:
     return f"unnest({', '.join(arrays)}) AS v({', '.join(names)})"
 
 
-def _names(columns: str) -> str:
-    return ", ".join(part.split()[0] for part in columns.split(", "))
-
-
 _EVENT_ROW_COLUMNS = "kind text, step text, attempt int, epoch int, detail text"
 
 
 def _column_names(columns: str) -> str:
+    """``"a int, b text"`` -> ``"a, b"``."""
     return ", ".join(part.split()[0] for part in columns.split(", "))
 
 
@@ -116,11 +117,12 @@ _STEP_UPDATES = (
     f"AND {_FENCED})"
 )
 _STEP_INSERTS = (
-    f"ins AS (INSERT INTO saga_steps (saga_id, commit_token, {_names(_STEP_COLUMNS)}, started_at) "
+    "ins AS (INSERT INTO saga_steps "
+    f"(saga_id, commit_token, {_column_names(_STEP_COLUMNS)}, started_at) "
     f"SELECT %(id)s, %(token)s, v.*, {_NOW} FROM {_unnest('i', _STEP_COLUMNS)} WHERE {_FENCED})"
 )
 _EVENT_INSERTS = (
-    f"ev AS (INSERT INTO saga_events (saga_id, at, epoch, {_names(_EVENT_COLUMNS)}) "
+    f"ev AS (INSERT INTO saga_events (saga_id, at, epoch, {_column_names(_EVENT_COLUMNS)}) "
     f"SELECT %(id)s, {_NOW}, %(epoch)s::int, v.* FROM {_unnest('e', _EVENT_COLUMNS)} "
     f"WHERE {_FENCED})"
 )
@@ -307,13 +309,40 @@ class PostgresHotPath:
         sql, params = create_sql(saga, first, lease_ttl)
         return execute_one(self.engine, sql, params, prepared(params)) is not None
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
+    def commit(self, change: Commit) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing."""
-        del lease_ttl  # leases are renewed by the heartbeat, not by commits
         sql, params = commit_sql(change)
         row = execute_one(self.engine, sql, params, prepared(params))
         return None if row is None else bool(row[0])
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+def execute_one(
+    engine: Engine, statement: str, params: dict[str, Any], prepare: bool | None = None
+) -> Any:
+    """Run one statement on a raw psycopg connection; return its first row (or None).
+
+    ``prepare`` as psycopg takes it (None: prepared once used a few times).
+    Driver errors become saga's: a broken connection is thrown away and
+    reported as ``StorageUnavailableError`` (retried by the store).
+    """
+    try:
+        connection = engine.raw_connection()
+    except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
+        raise StorageUnavailableError(first_line(error)) from error
+    try:
+        cursor = typing.cast("psycopg.Cursor[Any]", connection.cursor())  # psycopg's own
+        cursor.execute(statement, params, prepare=prepare)
+        row = cursor.fetchone()
+        cursor.close()
+        return row
+    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        connection.invalidate()
+        raise StorageUnavailableError(first_line(error)) from error
+    except psycopg.Error as error:
+        raise StorageError(first_line(error)) from error
+    finally:
+        connection.close()

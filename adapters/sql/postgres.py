@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import typing
 from typing import Any
 
-import psycopg
 from sqlalchemy import (
     ColumnElement,
     Engine,
@@ -20,14 +18,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 
-from saga.errors import ConfigurationError, StorageError, StorageUnavailableError
+from saga.errors import ConfigurationError
+from saga.ports import AsyncSagaStore
 
-_SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
-SCHEMA_LOCK_SQL = f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK_KEY})"
-"""The lock, as the SQL ``saga db upgrade --sql`` prints for a DBA (a fixed number)."""
-
+from .dialect import SqlStore
+from .migrate import SCHEMA_LOCK_KEY
+from .pg_async import PostgresAsyncStore
+from .pg_writer import PostgresHotPath
 
 PREPARE_OPTION = "prepare_threshold"
 """The URL query option saga reads itself (libpq has no such parameter): psycopg's
@@ -86,10 +84,8 @@ class PostgresDialect:
             **self.pool,
         )
 
-    def hot_path(self, url: str) -> Any:
+    def hot_path(self, url: str) -> PostgresHotPath:
         """Single-statement commits on their own autocommit pool (no BEGIN/COMMIT)."""
-        from .pg_writer import PostgresHotPath
-
         url, connect_args = connect_options(url)
         engine = create_engine(
             url,
@@ -101,6 +97,11 @@ class PostgresDialect:
             **self.pool,
         )
         return PostgresHotPath(engine)
+
+    def native_async(self, store: SqlStore) -> AsyncSagaStore:
+        """Creations and commits as the hot path's statements on psycopg's async
+        connections (:mod:`.pg_async`); the rest of ``store`` in worker threads."""
+        return PostgresAsyncStore(store, self.connect_args)
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.
@@ -114,37 +115,4 @@ class PostgresDialect:
         return query.with_for_update(skip_locked=True)
 
     def lock_schema(self, connection: Any) -> None:
-        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
-
-
-def execute_one(
-    engine: Engine, statement: str, params: dict[str, Any], prepare: bool | None = None
-) -> Any:
-    """Run one statement on a raw psycopg connection; return its first row (or None).
-
-    ``prepare`` as psycopg takes it (None: prepared once used a few times).
-    Driver errors become saga's: a broken connection is thrown away and
-    reported as ``StorageUnavailableError`` (retried by the store).
-    """
-    try:
-        connection = engine.raw_connection()
-    except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
-        raise StorageUnavailableError(_first_line(error)) from error
-    try:
-        cursor = typing.cast("psycopg.Cursor[Any]", connection.cursor())  # psycopg's own
-        cursor.execute(statement, params, prepare=prepare)
-        row = cursor.fetchone()
-        cursor.close()
-        return row
-    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-        connection.invalidate()
-        raise StorageUnavailableError(_first_line(error)) from error
-    except psycopg.Error as error:
-        raise StorageError(_first_line(error)) from error
-    finally:
-        connection.close()
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})

@@ -7,6 +7,11 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, event, func
 from sqlalchemy.dialects.sqlite import insert
 
+from saga.ports import AsyncSagaStore
+
+from .dialect import SqlStore
+from .sqlite_writer import SqliteHotPath, is_file_database
+
 BUSY_TIMEOUT_SECONDS = 30.0
 _UNIX_EPOCH_JULIAN_DAY = 2440587.5
 
@@ -25,14 +30,19 @@ class SqliteDialect:
         event.listen(engine, "begin", _begin_immediate)
         return engine
 
-    def hot_path(self, url: str) -> Any:
+    def hot_path(self, url: str) -> SqliteHotPath | None:
         """Creations and commits as constant SQL on raw connections of their own, set up
         as the engine's; None for an in-memory database (private to one connection)."""
-        from .sqlite_writer import SqliteHotPath, is_file_database
-
         if not is_file_database(url):
             return None
-        return SqliteHotPath(url, lambda connection: _configure_connection(connection, None))
+        return SqliteHotPath(
+            url, lambda connection: _configure_connection(connection, None), BUSY_TIMEOUT_SECONDS
+        )
+
+    def native_async(self, store: SqlStore) -> AsyncSagaStore | None:
+        """None: sqlite3 has no async interface; worker threads are the async form."""
+        del store  # nothing native to wrap it in
+        return None
 
     def now(self) -> ColumnElement[float]:
         # julianday('now') has millisecond precision, unlike CURRENT_TIMESTAMP.

@@ -26,7 +26,8 @@ from sqlalchemy.engine import URL, make_url
 from saga.errors import StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord, StepWrite
 
-from .store import _event_values, _instance_values, _step_values, masked
+from .messages import first_line, masked
+from .rows import event_values, instance_values, step_values
 
 T = TypeVar("T")
 
@@ -89,9 +90,13 @@ _MAX_IDLE = 16
 class SqliteHotPath:
     """Saga creation and commits in one IMMEDIATE transaction each, on raw connections."""
 
-    def __init__(self, url: str, configure: Callable[[sqlite3.Connection], None]) -> None:
+    def __init__(
+        self, url: str, configure: Callable[[sqlite3.Connection], None], busy_timeout: float
+    ) -> None:
+        """``configure`` sets a new connection up as the engine's are; ``busy_timeout``
+        is how long, in seconds, a write waits for the lock before failing."""
         self.url = masked(url)
-        filename, options = _connect_args(make_url(url))
+        filename, options = _connect_args(make_url(url), busy_timeout)
         self._filename, self._options = filename, options
         self._configure = configure
         self._idle: list[sqlite3.Connection] = []
@@ -102,7 +107,7 @@ class SqliteHotPath:
         """Insert the saga with its first commit; False when its id or (name, key) clashed."""
 
         def work(connection: sqlite3.Connection) -> bool:
-            params = {**_instance_values(saga), "ttl": lease_ttl, "token": first.token}
+            params = {**instance_values(saga), "ttl": lease_ttl, "token": first.token}
             if connection.execute(_CREATE, params).rowcount != 1:
                 return False
             _write_body(connection, first)
@@ -110,10 +115,9 @@ class SqliteHotPath:
 
         return self._transaction(work, keep=bool)
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
+    def commit(self, change: Commit) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing (and nothing was written)."""
-        del lease_ttl  # leases are renewed by the heartbeat, not by commits
 
         def work(connection: sqlite3.Connection) -> bool | None:
             params = {
@@ -159,7 +163,7 @@ class SqliteHotPath:
         return result
 
     def _translated(self, error: sqlite3.Error) -> StorageError:
-        message = f"{self.url}: {_first_line(error)}"
+        message = f"{self.url}: {first_line(error)}"
         if isinstance(error, sqlite3.OperationalError | sqlite3.InterfaceError):
             return StorageUnavailableError(message)  # locked, busy, I/O: retried
         if _is_closed(error):
@@ -205,13 +209,13 @@ def _write_body(connection: sqlite3.Connection, change: Commit) -> None:
         _write_step(connection, change, write)
     if change.events:
         connection.executemany(
-            _EVENT_INSERT, [_event_values(change.saga_id, change.epoch, e) for e in change.events]
+            _EVENT_INSERT, [event_values(change.saga_id, change.epoch, e) for e in change.events]
         )
 
 
 def _write_step(connection: sqlite3.Connection, change: Commit, write: StepWrite) -> None:
     params = {
-        **_step_values(write.step),
+        **step_values(write.step),
         "saga_id": change.saga_id,
         "token": change.token,  # the step row remembers which commit wrote it
         "started": write.stamp == "started",
@@ -220,14 +224,12 @@ def _write_step(connection: sqlite3.Connection, change: Commit, write: StepWrite
     connection.execute(_STEP_INSERT if write.new else _STEP_UPDATE, params)
 
 
-def _connect_args(url: URL) -> tuple[str, dict[str, Any]]:
+def _connect_args(url: URL, busy_timeout: float) -> tuple[str, dict[str, Any]]:
     """``sqlite3.connect`` arguments for ``url``, as SQLAlchemy reads them (``uri`` etc.),
     with the engine's settings: the busy timeout, any thread, no implicit BEGIN."""
-    from .sqlite import BUSY_TIMEOUT_SECONDS
-
     dialect = url.get_dialect()()
     args, options = dialect.create_connect_args(url)
-    options.update(timeout=BUSY_TIMEOUT_SECONDS, check_same_thread=False, isolation_level=None)
+    options.update(timeout=busy_timeout, check_same_thread=False, isolation_level=None)
     return str(args[0]), dict(options)
 
 
@@ -242,8 +244,3 @@ def is_file_database(url: str) -> bool:
 def _is_closed(error: sqlite3.Error) -> bool:
     # What SQLAlchemy's pysqlite dialect counts as a disconnect (so: retried).
     return isinstance(error, sqlite3.ProgrammingError) and "closed database" in str(error)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

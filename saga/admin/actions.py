@@ -93,7 +93,7 @@ def mark_step(coord: Coordinator, saga_id: str, step: str, reason: str) -> SagaV
     check_step_move(step, marked.status, StepStatus.FAILED)
     write = StepWrite(dataclasses.replace(marked, status=StepStatus.FAILED))
     change = dataclasses.replace(engine.commit(record, [write], events), release=True)
-    coord.store.commit(change, coord.lease_ttl)
+    coord.store.commit(change)
     return coord.get(saga_id)
 
 
@@ -138,7 +138,7 @@ def _record_hand_undo(
     # Released in the same transaction: the unwind that follows claims the saga
     # afresh, and a failed saga is never taken by a recoverer in between.
     change = dataclasses.replace(engine.commit(record, [write], events), release=True)
-    coord.store.commit(change, coord.lease_ttl)
+    coord.store.commit(change)
 
 
 def _require_failed(view: SagaView, action: str) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from saga.admin.facts import FINISHED
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
-from saga.ports import ListQuery
+from saga.ports import Deletable, ListQuery
 from saga.status import SagaStatus
 
 
@@ -31,14 +31,14 @@ def purge(
             f"{', '.join(unfinished) or 'nothing'}; a failed saga needs retry-compensation or "
             "mark-compensated first"
         )
-    delete = getattr(coord.store, "delete", None)
-    if delete is None:
-        raise ConfigurationError(f"the store at {coord.store.url} cannot delete sagas")
+    store = coord.store
+    if not isinstance(store, Deletable):
+        raise ConfigurationError(f"the store at {store.url} cannot delete sagas")
     query = ListQuery(status=tuple(statuses), older_than=older_than, limit=batch)
     total = 0
     while True:
-        ids = [record.id for record in coord.store.list(query)]
-        deleted = int(delete(ids)) if ids else 0
+        ids = [record.id for record in store.list(query)]
+        deleted = store.delete(ids) if ids else 0
         total += deleted
         if progress is not None and deleted:
             progress(total)

@@ -13,6 +13,7 @@ from typing import Any
 
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
+from saga.ports import MigratableSchema
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,49 +76,39 @@ class SchemaChange:
 
 def schema_status(coord: Coordinator) -> SchemaStatus:
     """The database's revision, this release's and what an upgrade would apply."""
-    migrate, revisions = _sql(coord)
-    store: Any = coord.store  # an SqlSagaStore: _sql checked
-    found = store._retried(lambda: _read(store, migrate))
-    verdict = found.verdict
+    store, revisions = _migratable(coord)
+    found = store.read_schema()
     todo: tuple[str, ...] = ()
-    if verdict.value in ("empty", "behind"):
+    if found.state in ("empty", "behind"):
         todo = tuple(revisions.describe(r) for r in revisions.pending(found.at))
     legacy = found.legacy if found.revision is None else None
-    return SchemaStatus(store.url, found.at, revisions.HEAD, todo, verdict.value, legacy)
+    return SchemaStatus(store.url, found.at, revisions.HEAD, todo, found.state, legacy)
 
 
 def upgrade_schema(coord: Coordinator) -> SchemaChange:
     """Create saga's tables, or migrate them to this release's revision."""
-    migrate, _ = _sql(coord)
-    store: Any = coord.store  # an SqlSagaStore: _sql checked
-    applied = store._retried(lambda: migrate.upgrade(store))
+    store, _ = _migratable(coord)
+    applied = store.upgrade_schema()
     return SchemaChange(store.url, tuple(applied), "upgrade", store.schema_version())
 
 
 def upgrade_sql(coord: Coordinator) -> str:
     """The SQL ``upgrade_schema`` would run, for a DBA to review (empty: nothing to do)."""
-    migrate, _ = _sql(coord)
-    store: Any = coord.store  # an SqlSagaStore: _sql checked
-    return str(store._retried(lambda: migrate.upgrade_sql(store)))
+    store, _ = _migratable(coord)
+    return store.upgrade_schema_sql()
 
 
 def downgrade_schema(coord: Coordinator, revision: str) -> SchemaChange:
     """Reverse the migrations after ``revision`` (refused where one cannot be reversed)."""
-    migrate, _ = _sql(coord)
-    store: Any = coord.store  # an SqlSagaStore: _sql checked
-    undone = store._retried(lambda: migrate.downgrade(store, revision))
+    store, _ = _migratable(coord)
+    undone = store.downgrade_schema(revision)
     return SchemaChange(store.url, tuple(undone), "downgrade", store.schema_version())
 
 
-def _read(store: Any, migrate: ModuleType) -> Any:
-    with store._translated(), store.engine.connect() as connection:
-        return migrate.read(connection)
-
-
-def _sql(coord: Coordinator) -> tuple[ModuleType, ModuleType]:
+def _migratable(coord: Coordinator) -> tuple[MigratableSchema, ModuleType]:
+    """The store, if its schema has revisions, and the module that names them."""
+    store = coord.store
+    if not isinstance(store, MigratableSchema):
+        raise ConfigurationError(f"the store at {store.url} has no schema to manage")
     # Looked up only when asked for: the core never imports an adapter eagerly.
-    if not hasattr(coord.store, "engine"):
-        raise ConfigurationError(f"the store at {coord.store.url} has no schema to manage")
-    migrate = importlib.import_module("saga.adapters.sql.migrate")
-    revisions = importlib.import_module("saga.adapters.sql.revisions")
-    return migrate, revisions
+    return store, importlib.import_module("saga.adapters.sql.revisions")

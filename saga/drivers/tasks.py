@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from saga import faults
-from saga.adapters.threaded_async import ThreadedAsyncStore as AsyncSagaStore
 from saga.context import StepContext, entered
 from saga.drivers.threads import ThreadDriver
 from saga.engine.effects import (
@@ -42,6 +41,7 @@ from saga.engine.effects import (
 )
 from saga.engine.forward import cancelled, is_async
 from saga.errors import StepTimeoutError
+from saga.ports import AsyncSagaStore
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ class TaskDriver:
         self.store = store
         self.threads = threads  # for what only runs in a thread: transactional steps
         self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
-            Write: lambda effect, _: self.store.commit(effect.change, self.threads.lease_ttl),
+            Write: lambda effect, _: self.store.commit(effect.change),
             Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
             Fault: _fault,
             Load: lambda effect, _: self.store.load(effect.saga_id),
@@ -109,7 +109,7 @@ class TaskDriver:
         return self._answers[type(effect)](effect, tasks)
 
     async def _shielded_write(self, effect: Write, flow: Flow[Any]) -> bool | None:
-        writing = asyncio.ensure_future(self.store.commit(effect.change, self.threads.lease_ttl))
+        writing = asyncio.ensure_future(self.store.commit(effect.change))
         try:
             return await asyncio.shield(writing)
         except asyncio.CancelledError:

@@ -60,7 +60,7 @@ class ThreadDriver:
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
-            Write: lambda effect, _: self.store.commit(effect.change, self.lease_ttl),
+            Write: lambda effect, _: self.store.commit(effect.change),
             Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
             Fault: lambda effect, _: faults.point(effect.point, effect.step),
             Load: lambda effect, _: self.store.load(effect.saga_id),
@@ -117,7 +117,7 @@ class ThreadDriver:
         def work(session: Any) -> Any:
             return call(effect.action, dataclasses.replace(effect.context, session=session))
 
-        return self.store.transact(work, effect.outcome, self.lease_ttl)
+        return self.store.transact(work, effect.outcome)
 
 
 class _Branches:

@@ -8,7 +8,7 @@
 - :class:`~saga.engine.flows.Flows`: the flows one coordinator runs.
 
 Nothing under this package does I/O or imports threading, asyncio, a store or a
-driver (``tests/unit/test_architecture.py`` checks it): the thread driver and the
+driver (``tests/unit/test_import_graph.py`` checks it): the thread driver and the
 asyncio driver in :mod:`saga.drivers` answer the effects.
 """
 

@@ -66,15 +66,15 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         return self._write("create", lambda: parent.create(saga, first, lease_ttl))
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         parent = super()
-        return self._write("commit", lambda: parent.commit(change, lease_ttl))
+        return self._write("commit", lambda: parent.commit(change))
 
     def transact(
-        self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
+        self, work: Callable[[Any], T], change_for: Callable[[T], Commit]
     ) -> tuple[T, bool]:
         parent = super()
-        return self._write("transact", lambda: parent.transact(work, change_for, lease_ttl))
+        return self._write("transact", lambda: parent.transact(work, change_for))
 
     def claim(
         self,
@@ -114,8 +114,8 @@ class LostAckStore(SqlSagaStore):
 
     # -- where the acknowledgement is lost ------------------------------------------------
 
-    def _once(self, work: Callable[[Connection], T]) -> T:
-        result = super()._once(work)
+    def once(self, work: Callable[[Connection], T]) -> T:
+        result = super().once(work)
         self.committed()
         return result
 
@@ -149,8 +149,8 @@ class _LossyHotPath:
         self.store.committed()
         return created
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool | None:
-        stop: bool | None = self.hot.commit(change, lease_ttl)
+    def commit(self, change: Commit) -> bool | None:
+        stop: bool | None = self.hot.commit(change)
         self.store.committed()
         return stop
 
@@ -196,18 +196,18 @@ class SiblingFirstStore(LostAckStore):
         self._pending.change = first
         return super().create(saga, first, lease_ttl)
 
-    def commit(self, change: Commit, lease_ttl: float) -> bool:
+    def commit(self, change: Commit) -> bool:
         self._pending.change = change
-        return super().commit(change, lease_ttl)
+        return super().commit(change)
 
     def transact(
-        self, work: Callable[[Any], T], change_for: Callable[[T], Commit], lease_ttl: float
+        self, work: Callable[[Any], T], change_for: Callable[[T], Commit]
     ) -> tuple[T, bool]:
         def noted(result: T) -> Commit:
             change = self._pending.change = change_for(result)
             return change
 
-        return super().transact(work, noted, lease_ttl)
+        return super().transact(work, noted)
 
     def _write(self, kind: str, call: Callable[[], T]) -> T:
         try:

@@ -190,7 +190,7 @@ def _commit_a_note_when_caught(losses: Losses, store: SqlSagaStore, name: str) -
             return  # the test's check of the loss reports it
         saga = store.find(name, "k")
         assert saga is not None
-        store.commit(Commit(saga.id, saga.epoch, events=(Event("sibling_note"),)), TTL)
+        store.commit(Commit(saga.id, saga.epoch, events=(Event("sibling_note"),)))
 
     thread = threading.Thread(target=note, daemon=True, name="sibling-note")
     thread.start()

@@ -1,0 +1,243 @@
+"""The SQL store's lease and operator writes: renewals, claims, cancel requests,
+events outside a commit, deletion.
+
+Each function runs in the caller's transaction (``connection``). A claim
+raises the saga's epoch, which fences out every commit of the previous owner;
+every condition of a claim (lease free, status, an operator's
+:class:`~saga.ports.ClaimGuard`) is checked by the statement that raises it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import ColumnElement, Connection, delete, or_, select, tuple_, update
+
+from saga.errors import (
+    OperationRefusedError,
+    SagaBusyError,
+    SagaChangedError,
+    UnknownSagaError,
+)
+from saga.ports import ClaimGuard, Event, Renewal, SagaRecord, guard_broken
+from saga.status import PIVOT_ACTED, SagaStatus, StepKind
+
+from . import reads
+from . import tables as t
+from .dialect import Dialect
+from .writes import append, stop
+
+CLAIMABLE = (*reads.ACTIVE, SagaStatus.FAILED.value)  # failed: an operator may act on it
+_RENEW_CHUNK = 500  # leases renewed per statement (bounds the bound parameters)
+
+
+def renew(
+    connection: Connection, dialect: Dialect, held: Sequence[tuple[str, int]], lease_ttl: float
+) -> Renewal:
+    """Extend the leases of ``held`` (saga id, epoch) still at their epoch."""
+    i = t.instances.c
+    must_stop: set[str] = set()
+    kept: set[str] = set()
+    for start in range(0, len(held), _RENEW_CHUNK):
+        rows = connection.execute(
+            update(t.instances)
+            .where(tuple_(i.id, i.epoch).in_(held[start : start + _RENEW_CHUNK]))
+            .values(lease_expires_at=dialect.now() + lease_ttl)
+            .returning(i.id, stop(dialect))
+        ).all()
+        kept.update(row.id for row in rows)
+        must_stop.update(row.id for row in rows if row.stop)
+    return Renewal(frozenset(must_stop), frozenset(saga_id for saga_id, _ in held) - kept)
+
+
+def claim(
+    connection: Connection,
+    dialect: Dialect,
+    saga_id: str,
+    owner: str,
+    lease_ttl: float,
+    event: Event,
+    guard: ClaimGuard | None,
+    token: str,
+) -> SagaRecord:
+    """Take the saga (epoch + 1, marked with ``token``) or raise why not."""
+    if guard is not None:
+        lock_row(connection, saga_id)
+    i = t.instances.c
+    row = connection.execute(
+        update(t.instances)
+        .where(*_claimable(dialect, saga_id, guard))
+        .values(
+            epoch=i.epoch + 1,
+            owner=owner,
+            lease_expires_at=dialect.now() + lease_ttl,
+            commit_token=token,
+        )
+        .returning(i.epoch)
+    ).first()
+    if row is None:
+        raise _refusal(connection, saga_id, guard)
+    # The history says who took the saga, whatever the caller's event says.
+    detail = {"owner": owner, **(event.detail or {})}
+    append(
+        connection,
+        dialect,
+        saga_id,
+        row.epoch,
+        Event(event.kind, event.step, event.attempt, detail),
+    )
+    loaded = reads.load(connection, saga_id)
+    assert loaded is not None
+    return loaded
+
+
+def lock_row(connection: Connection, saga_id: str) -> None:
+    """Lock the saga row until this transaction ends. Every commit of the owner updates
+    it first, so from here on no step can change, and a guard's step check (a later
+    statement, with a later snapshot) sees every commit made before ours."""
+    i = t.instances.c
+    connection.execute(select(i.id).where(i.id == saga_id).with_for_update())
+
+
+def _claimable(
+    dialect: Dialect, saga_id: str, guard: ClaimGuard | None
+) -> list[ColumnElement[bool]]:
+    """The conditions under which the saga may be taken, all checked in the claim."""
+    i = t.instances.c
+    # A live lease is never taken, not even from this owner: another thread of
+    # the same coordinator may be executing the saga right now.
+    free = or_(i.owner.is_(None), i.lease_expires_at < dialect.now())
+    unfinished = i.status.in_(CLAIMABLE)  # it may have finished since the caller read it
+    return [i.id == saga_id, free, unfinished, *guarded(saga_id, guard)]
+
+
+def guarded(saga_id: str, guard: ClaimGuard | None) -> list[ColumnElement[bool]]:
+    """``guard`` as SQL conditions on the saga row (and its pivot steps)."""
+    if guard is None:
+        return []
+    i, s = t.instances.c, t.steps.c
+    conditions: list[ColumnElement[bool]] = [
+        i.status.in_([status.value for status in guard.statuses])
+    ]
+    if guard.epoch is not None:
+        conditions.append(i.epoch == guard.epoch)
+    if guard.before_pivot:
+        acted = select(s.seq).where(
+            s.saga_id == saga_id,
+            s.kind == StepKind.PIVOT.value,
+            s.status.in_([status.value for status in PIVOT_ACTED]),
+        )
+        conditions.append(~acted.exists())
+    return conditions
+
+
+def _refusal(
+    connection: Connection, saga_id: str, guard: ClaimGuard | None
+) -> OperationRefusedError | UnknownSagaError:
+    """Why a claim matched no row, read in the claim's own transaction."""
+    current = reads.load(connection, saga_id)
+    if current is None:
+        return UnknownSagaError(f"no saga with id {saga_id}")
+    if current.status.value not in CLAIMABLE:
+        return OperationRefusedError(saga_id, f"saga {saga_id} is already {current.status.value}")
+    changed = guard_broken(current, guard)
+    if changed is not None:
+        return SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
+    return SagaBusyError(
+        saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
+    )
+
+
+def claim_expired(
+    connection: Connection, dialect: Dialect, owner: str, lease_ttl: float, limit: int, token: str
+) -> list[str]:
+    """Claim up to ``limit`` active sagas whose lease ran out, oldest lease first."""
+    now = dialect.now()
+    i = t.instances.c
+    stuck = dialect.lock_for_claim(
+        select(i.id)
+        .where(i.status.in_(reads.ACTIVE), i.lease_expires_at < now)
+        .order_by(i.lease_expires_at)
+        .limit(limit)
+    )
+    rows = connection.execute(
+        update(t.instances)
+        .where(i.id.in_(stuck.scalar_subquery()))
+        .values(
+            epoch=i.epoch + 1, owner=owner, lease_expires_at=now + lease_ttl, commit_token=token
+        )
+        .returning(i.id, i.epoch)
+    ).all()
+    for row in rows:
+        append(
+            connection, dialect, row.id, row.epoch, Event("lease_claimed", detail={"owner": owner})
+        )
+    return [row.id for row in rows]
+
+
+def claimed_ids(connection: Connection, token: str, saga_id: str | None = None) -> list[str]:
+    """After a lost acknowledgement: the sagas our earlier try claimed (and still holds)."""
+    i = t.instances.c
+    query = select(i.id).where(i.commit_token == token)
+    if saga_id is not None:
+        query = query.where(i.id == saga_id)
+    return list(connection.execute(query.order_by(i.lease_expires_at)).scalars())
+
+
+def request_cancel(
+    connection: Connection, dialect: Dialect, saga_id: str, event: Event, guard: ClaimGuard | None
+) -> None:
+    """Mark a running saga for cancelling (see ``SagaStore.request_cancel``)."""
+    i = t.instances.c
+    if guard is not None:
+        lock_row(connection, saga_id)
+    row = connection.execute(
+        update(t.instances)
+        .where(i.id == saga_id, i.status == SagaStatus.RUNNING.value)
+        .where(i.cancel_requested.is_(False), *guarded(saga_id, guard))
+        .values(cancel_requested=True)
+        .returning(i.epoch)
+    ).first()
+    if row is not None:
+        append(connection, dialect, saga_id, row.epoch, event)
+        return
+    current = reads.load(connection, saga_id)
+    if current is None:
+        raise UnknownSagaError(f"no saga with id {saga_id}")
+    changed = guard_broken(current, guard)
+    if current.status is SagaStatus.RUNNING and changed is not None:
+        raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
+    # else it finished meanwhile, or the request is already recorded (maybe by
+    # our own earlier try, whose acknowledgement was lost): nothing to write
+
+
+def record_event(connection: Connection, dialect: Dialect, saga_id: str, event: Event) -> None:
+    """Append ``event`` under the saga's current epoch (none for an unknown saga)."""
+    epoch = connection.execute(
+        select(t.instances.c.epoch).where(t.instances.c.id == saga_id)
+    ).scalar()
+    append(connection, dialect, saga_id, epoch, event)
+
+
+def record_fenced_event(
+    connection: Connection, dialect: Dialect, saga_id: str, epoch: int, event: Event
+) -> bool:
+    """Append ``event`` only while ``epoch`` is the saga's; whether it was written."""
+    i = t.instances.c
+    # FOR UPDATE (SQLite: the IMMEDIATE transaction): a claim (epoch + 1) waits for
+    # this transaction or has already made the row not match, never in between.
+    held = connection.execute(
+        select(i.epoch).where(i.id == saga_id, i.epoch == epoch).with_for_update()
+    ).first()
+    if held is None:
+        return False
+    append(connection, dialect, saga_id, epoch, event)
+    return True
+
+
+def delete_sagas(connection: Connection, saga_ids: Sequence[str]) -> int:
+    """Delete these sagas with their steps and events; return how many went."""
+    for table in (t.events, t.steps):
+        connection.execute(delete(table).where(table.c.saga_id.in_(saga_ids)))
+    result = connection.execute(delete(t.instances).where(t.instances.c.id.in_(saga_ids)))
+    return int(result.rowcount)

@@ -1,0 +1,98 @@
+"""The SQL store's reads: a saga with its steps, lists of sagas, their history.
+
+Each function runs in the caller's transaction (``connection``); the store
+chooses which (a read-only snapshot, or the transaction of a write that reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Row, Select, and_, func, or_, select
+
+from saga.ports import EventRecord, ListQuery, SagaRecord, StepRecord
+from saga.status import SagaStatus
+
+from . import tables as t
+from .dialect import Dialect
+from .rows import event_record, saga_record, step_record
+
+ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
+"""The statuses of a saga someone should be executing (stuck when its lease ran out)."""
+
+
+def load(connection: Connection, saga_id: str) -> SagaRecord | None:
+    """The saga ``saga_id`` with its steps, or None."""
+    row = connection.execute(select(t.instances).where(t.instances.c.id == saga_id)).first()
+    return None if row is None else with_steps(connection, [row])[0]
+
+
+def find(connection: Connection, name: str, key: str) -> SagaRecord | None:
+    """The saga of definition ``name`` run under ``key``, with its steps, or None."""
+    i = t.instances.c
+    row = connection.execute(select(t.instances).where(i.name == name, i.key == key)).first()
+    return None if row is None else with_steps(connection, [row])[0]
+
+
+def listed(connection: Connection, dialect: Dialect, query: ListQuery) -> list[SagaRecord]:
+    """One page of sagas matching ``query``, newest first, with their steps."""
+    rows = connection.execute(list_statement(dialect, query)).all()
+    return with_steps(connection, rows)
+
+
+def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
+    """The SELECT for ``query``: its filters, newest first (ties on id), keyset paged."""
+    i = t.instances.c
+    now = dialect.now()
+    conditions: list[ColumnElement[bool]] = []
+    if query.status:
+        conditions.append(i.status.in_([s.value for s in query.status]))
+    if query.name is not None:
+        conditions.append(i.name == query.name)
+    if query.key is not None:
+        conditions.append(i.key == query.key)
+    if query.stuck:
+        conditions.append(and_(i.status.in_(ACTIVE), i.lease_expires_at < now))
+    if query.older_than is not None:
+        conditions.append(i.created_at < now - query.older_than)
+    if query.before is not None:
+        anchor = select(i.created_at).where(i.id == query.before).scalar_subquery()
+        conditions.append(
+            or_(i.created_at < anchor, and_(i.created_at == anchor, i.id < query.before))
+        )
+    return (
+        select(t.instances)
+        .where(*conditions)
+        .order_by(i.created_at.desc(), i.id.desc())
+        .limit(query.limit)
+    )
+
+
+def status_counts(connection: Connection) -> dict[SagaStatus, int]:
+    """How many sagas there are in each status."""
+    # GROUP BY the leading column of ix_saga_instances_status_created: an index scan.
+    i = t.instances.c
+    statement = select(i.status, func.count()).group_by(i.status)
+    return {SagaStatus(status): int(n) for status, n in connection.execute(statement)}
+
+
+def events(connection: Connection, saga_id: str) -> list[EventRecord]:
+    """The saga's history, oldest first."""
+    e = t.events.c
+    rows = connection.execute(select(t.events).where(e.saga_id == saga_id).order_by(e.id)).all()
+    return [event_record(row) for row in rows]
+
+
+def with_steps(connection: Connection, rows: Sequence[Row[Any]]) -> list[SagaRecord]:
+    """The sagas of ``rows``, each with its steps in seq order (one query for all)."""
+    ids = [row.id for row in rows]
+    by_saga: dict[str, list[StepRecord]] = {saga_id: [] for saga_id in ids}
+    if ids:
+        s = t.steps.c
+        step_rows = connection.execute(
+            select(t.steps).where(s.saga_id.in_(ids)).order_by(s.saga_id, s.seq)
+        ).all()
+        for step_row in step_rows:
+            by_saga[step_row.saga_id].append(step_record(step_row))
+    return [saga_record(row, tuple(by_saga[row.id])) for row in rows]

@@ -1,0 +1,148 @@
+"""Rows and records: the values a saga's records are written as, and the records
+its rows are read back into (a row saga cannot read is a ``CorruptRecordError``).
+
+Shared by every SQL write path: the portable store, and the SQLite and
+PostgreSQL hot paths, so that each writes a record's columns alike.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import Row
+
+from saga.errors import CorruptRecordError
+from saga.ports import Event, EventRecord, SagaRecord, StepRecord
+from saga.status import SagaStatus, StepKind, StepStatus
+
+
+def instance_values(saga: SagaRecord) -> dict[str, Any]:
+    """The columns of a new saga row (times are the database's, added by the caller)."""
+    return {
+        "id": saga.id,
+        "name": saga.name,
+        "key": saga.key,
+        "kind": saga.kind,
+        "status": saga.status.value,
+        "input": saga.input,
+        "version": saga.version,
+        "fingerprint": saga.fingerprint,
+        "owner": saga.owner,
+        "epoch": saga.epoch,
+        "deadline": saga.deadline,
+        "cancel_requested": False,
+    }
+
+
+def step_values(step: StepRecord) -> dict[str, Any]:
+    """The columns of a step row, but its saga, its commit token and its times."""
+    return {
+        "seq": step.seq,
+        "name": step.name,
+        "status": step.status.value,
+        "attempt": step.attempt,
+        "kind": step.kind.value,
+        "transactional": step.transactional,
+        "action_ref": step.action_ref,
+        "compensation_ref": step.compensation_ref,
+        "args": step.args,
+        "input_digest": step.input_digest,
+        "result": step.result,
+        "output_digest": step.output_digest,
+        "error": step.error,
+        "undo_attempt": step.undo_attempt,
+    }
+
+
+def event_values(saga_id: str, epoch: int | None, event: Event) -> dict[str, Any]:
+    """The columns of an event row, but its time; the detail as sorted JSON."""
+    detail = None if event.detail is None else json.dumps(event.detail, sort_keys=True)
+    return {
+        "saga_id": saga_id,
+        "kind": event.kind,
+        "step": event.step,
+        "attempt": event.attempt,
+        "epoch": epoch,
+        "detail": detail,
+    }
+
+
+def saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRecord:
+    """The saga a row of ``saga_instances`` holds, with ``step_records``."""
+    try:
+        status = SagaStatus(row.status)
+    except ValueError:
+        raise CorruptRecordError(row.id, f"unknown status {row.status!r}") from None
+    if row.kind not in ("declarative", "imperative"):
+        raise CorruptRecordError(row.id, f"unknown kind {row.kind!r}")
+    version, fingerprint = row.version, row.fingerprint
+    if fingerprint is None and version is not None:
+        # Written before versions (schema 0003, or by an older release since): the
+        # version column held the fingerprint, and every definition was version 1.
+        version, fingerprint = "1", version
+    return SagaRecord(
+        id=row.id,
+        name=row.name,
+        key=row.key,
+        kind=row.kind,
+        status=status,
+        input=row.input,
+        version=version,
+        fingerprint=fingerprint,
+        owner=row.owner,
+        epoch=row.epoch,
+        lease_expires_at=row.lease_expires_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        error=row.error,
+        deadline=row.deadline,
+        cancel_requested=bool(row.cancel_requested),
+        steps=step_records,
+    )
+
+
+def step_record(row: Row[Any]) -> StepRecord:
+    """The step a row of ``saga_steps`` holds."""
+    try:
+        status, kind = StepStatus(row.status), StepKind(row.kind)
+    except ValueError:
+        raise CorruptRecordError(
+            row.saga_id, f"step {row.name!r} has status {row.status!r} / kind {row.kind!r}"
+        ) from None
+    return StepRecord(
+        name=row.name,
+        seq=row.seq,
+        status=status,
+        attempt=row.attempt,
+        kind=kind,
+        transactional=bool(row.transactional),
+        action_ref=row.action_ref,
+        compensation_ref=row.compensation_ref,
+        args=row.args,
+        input_digest=row.input_digest,
+        result=row.result,
+        output_digest=row.output_digest,
+        error=row.error,
+        undo_attempt=row.undo_attempt,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def event_record(row: Row[Any]) -> EventRecord:
+    """The event a row of ``saga_events`` holds (unreadable detail kept as text)."""
+    try:
+        detail = None if row.detail is None else json.loads(row.detail)
+    except ValueError:
+        detail = {"unreadable": row.detail}
+    return EventRecord(
+        id=row.id,
+        saga_id=row.saga_id,
+        at=row.at,
+        kind=row.kind,
+        step=row.step,
+        attempt=row.attempt,
+        epoch=row.epoch,
+        detail=detail,
+    )

@@ -1,0 +1,575 @@
+"""The storage port's contract, as tests every store runs (eventsourcing-style).
+
+:class:`StoreContract` holds the tests of ``SagaStore``; a concrete subclass per
+store supplies the ``store`` fixture (tests/unit/test_memory_store.py,
+tests/integration/test_sql_stores.py). :class:`AsyncStoreContract` does the
+same for the async form of the port. Nothing here is collected by itself: the
+classes' names do not start with ``Test``.
+
+Times come from the store's own clock (the database's, for SQL). Where a test
+needs a lease that ran out, it creates or claims the saga with a lease that
+is already over (:data:`EXPIRED`) rather than waiting; where it needs time to
+pass, :meth:`StoreContract.wait` lets it (the in-memory store moves a clock
+the test holds, the others sleep).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy.orm import Session
+
+from saga import (
+    LeaseLostError,
+    OperationRefusedError,
+    SagaBusyError,
+    SagaChangedError,
+    SagaStatus,
+    StepKind,
+    StepStatus,
+    StorageError,
+    UnknownSagaError,
+)
+from saga.ports import (
+    AsyncSagaStore,
+    ClaimGuard,
+    Commit,
+    Deletable,
+    Event,
+    ListQuery,
+    Renewal,
+    SagaRecord,
+    SagaStore,
+    StepRecord,
+    StepWrite,
+)
+
+TTL = 10.0
+"""A lease that stays live for the length of any test."""
+EXPIRED = -10.0
+"""A lease that ran out before it was granted: claimable at once."""
+
+
+def saga_record(
+    name: str = "order", key: str | None = None, owner: str = "a", saga_id: str | None = None
+) -> SagaRecord:
+    return SagaRecord(
+        id=saga_id or str(uuid.uuid4()),
+        name=name,
+        key=key,
+        kind="declarative",
+        status=SagaStatus.RUNNING,
+        input='{"sku":"A1"}',
+        version="v1",
+        owner=owner,
+        epoch=1,
+    )
+
+
+def running(name: str, seq: int, attempt: int = 1) -> StepRecord:
+    return StepRecord(name, seq, StepStatus.RUNNING, attempt)
+
+
+def create(store: SagaStore, ttl: float = TTL, **options: Any) -> SagaRecord:
+    """A running saga with one running step ``reserve``, as the store holds it."""
+    saga = saga_record(**options)
+    first = Commit(saga.id, 1, steps=(StepWrite(running("reserve", 1), new=True, stamp="started"),))
+    _, created = store.create(saga, first, ttl)
+    assert created
+    return loaded(store, saga.id)
+
+
+def loaded(store: SagaStore, saga_id: str) -> SagaRecord:
+    record = store.load(saga_id)
+    assert record is not None
+    return record
+
+
+def kinds(store: SagaStore, saga_id: str) -> list[str]:
+    return [e.kind for e in store.events(saga_id)]
+
+
+class StoreContract:
+    """What every ``SagaStore`` does. Subclasses provide the ``store`` fixture."""
+
+    tolerance = 0.5
+    """How far apart, in seconds, two times the store takes in one transaction may be
+    (PostgreSQL reads its clock afresh for each column: microseconds apart)."""
+    gap = 0.2
+    """Seconds between writes whose times a test must tell apart."""
+
+    @pytest.fixture
+    def store(self) -> Iterator[SagaStore]:
+        raise NotImplementedError  # pragma: no cover - each backend's subclass says
+
+    def wait(self, store: SagaStore, seconds: float) -> None:
+        """Let ``seconds`` pass on the store's clock."""
+        time.sleep(seconds)
+
+    def near(self, a: float | None, b: float | None) -> bool:
+        assert a is not None
+        assert b is not None
+        return abs(a - b) <= self.tolerance
+
+    def session_expected(self, session: object) -> bool:
+        """Whether ``session`` is what a transactional step gets from this store."""
+        return isinstance(session, Session)
+
+    # -- creation -----------------------------------------------------------------------
+
+    def test_create_stamps_times_and_lease_from_the_store_clock(self, store: SagaStore) -> None:
+        before = store.now()
+        saga = create(store)
+        after = store.now()
+        assert saga.created_at is not None
+        assert before <= saga.created_at <= after
+        assert self.near(saga.updated_at, saga.created_at)
+        assert self.near(saga.lease_expires_at, saga.created_at + TTL)
+        assert self.near(saga.steps[0].started_at, saga.created_at)
+        assert saga.steps[0].finished_at is None
+        assert (saga.status, saga.owner, saga.epoch, saga.input) == (
+            SagaStatus.RUNNING,
+            "a",
+            1,
+            '{"sku":"A1"}',
+        )
+
+    def test_create_with_a_taken_key_returns_the_existing_saga(self, store: SagaStore) -> None:
+        first = create(store, key="k")
+        again, created = store.create(saga_record(key="k"), Commit("other", 1), TTL)
+        assert not created
+        assert again.id == first.id
+        assert store.find("order", "k") == first
+
+    def test_sagas_without_a_key_never_clash(self, store: SagaStore) -> None:
+        create(store)
+        create(store)
+        assert len(store.list(ListQuery())) == 2
+
+    def test_a_rejected_create_stores_nothing(self, store: SagaStore) -> None:
+        saga = saga_record(key="k")
+        twice = (StepWrite(running("a", 1), new=True), StepWrite(running("b", 1), new=True))
+        with pytest.raises(StorageError):
+            store.create(
+                saga, Commit(saga.id, 1, steps=twice, events=(Event("saga_started"),)), TTL
+            )
+        assert store.load(saga.id) is None
+        assert store.find("order", "k") is None
+        assert store.events(saga.id) == []
+
+    def test_a_deadline_is_kept_as_an_absolute_time_and_stops_the_saga(
+        self, store: SagaStore
+    ) -> None:
+        saga = dataclasses.replace(saga_record(), deadline=5.0)  # seconds from now, at creation
+        store.create(saga, Commit(saga.id, 1), TTL)
+        stored = loaded(store, saga.id)
+        assert stored.created_at is not None
+        assert self.near(stored.deadline, stored.created_at + 5.0)
+        assert store.commit(Commit(saga.id, 1)) is False
+        late = dataclasses.replace(saga_record(), deadline=-1.0)  # passed already
+        store.create(late, Commit(late.id, 1), TTL)
+        assert store.commit(Commit(late.id, 1)) is True
+        assert store.renew_many({late.id: 1, saga.id: 1}, TTL).stop == {late.id}
+
+    # -- commits ------------------------------------------------------------------------
+
+    def test_commit_writes_steps_status_and_events_but_leaves_the_lease(
+        self, store: SagaStore
+    ) -> None:
+        saga = create(store)
+        self.wait(store, self.gap)
+        done = StepRecord("reserve", 1, StepStatus.SUCCEEDED, 1, result='{"id":1}')
+        change = Commit(
+            saga.id,
+            1,
+            status=SagaStatus.COMPENSATING,
+            error="why",
+            steps=(StepWrite(done, stamp="finished"),),
+            events=(Event("step_succeeded", "reserve", 1, {"n": 1}),),
+        )
+        assert store.commit(change) is False
+        after = loaded(store, saga.id)
+        assert (after.status, after.error) == (SagaStatus.COMPENSATING, "why")
+        assert after.updated_at is not None
+        assert saga.updated_at is not None
+        assert after.updated_at > saga.updated_at
+        assert after.lease_expires_at == saga.lease_expires_at  # renewing is the heartbeat's job
+        step = after.steps[0]
+        assert (step.status, step.result, step.started_at) == (
+            StepStatus.SUCCEEDED,
+            '{"id":1}',
+            saga.steps[0].started_at,
+        )
+        assert self.near(step.finished_at, after.updated_at)
+        [event] = [e for e in store.events(saga.id) if e.kind == "step_succeeded"]
+        assert (event.step, event.attempt, event.epoch, event.detail) == ("reserve", 1, 1, {"n": 1})
+        assert self.near(event.at, after.updated_at)
+
+    def test_an_update_rewrites_only_the_mutable_step_columns(self, store: SagaStore) -> None:
+        saga = create(store)
+        forged = StepRecord("renamed", 1, StepStatus.SUCCEEDED, 1, action_ref="os:system")
+        store.commit(Commit(saga.id, 1, steps=(StepWrite(forged),)))
+        step = loaded(store, saga.id).steps[0]
+        assert (step.name, step.action_ref) == ("reserve", None)
+        assert step.status is StepStatus.SUCCEEDED
+
+    def test_an_update_of_an_unknown_step_changes_nothing(self, store: SagaStore) -> None:
+        saga = create(store)
+        ghost = StepRecord("ghost", 9, StepStatus.SUCCEEDED, 1)
+        store.commit(Commit(saga.id, 1, steps=(StepWrite(ghost),)))
+        assert loaded(store, saga.id).steps == saga.steps
+
+    def test_a_stale_epoch_writes_nothing(self, store: SagaStore) -> None:
+        saga = create(store, ttl=EXPIRED, owner="a")
+        store.claim(saga.id, "b", TTL, Event("lease_claimed"))
+        before = (store.load(saga.id), store.events(saga.id))
+        stale = Commit(saga.id, 1, status=SagaStatus.COMPLETED, events=(Event("saga_completed"),))
+        with pytest.raises(LeaseLostError) as caught:
+            store.commit(stale)
+        assert (caught.value.saga_id, caught.value.epoch) == (saga.id, 1)
+        assert (store.load(saga.id), store.events(saga.id)) == before
+
+    def test_commit_to_an_unknown_saga_is_a_lost_lease(self, store: SagaStore) -> None:
+        with pytest.raises(LeaseLostError):
+            store.commit(Commit("nope", 1))
+
+    def test_a_duplicate_step_rolls_the_whole_commit_back(self, store: SagaStore) -> None:
+        saga = create(store)
+        change = Commit(
+            saga.id,
+            1,
+            status=SagaStatus.COMPLETED,
+            steps=(StepWrite(running("charge", 1), new=True),),  # seq 1 is reserve's
+            events=(Event("saga_completed"),),
+        )
+        with pytest.raises(StorageError):
+            store.commit(change)
+        after = loaded(store, saga.id)
+        assert after.status is SagaStatus.RUNNING
+        assert [s.name for s in after.steps] == ["reserve"]
+        assert "saga_completed" not in kinds(store, saga.id)
+
+    def test_release_drops_owner_and_expires_the_lease_at_once(self, store: SagaStore) -> None:
+        saga = create(store)
+        store.commit(Commit(saga.id, 1, release=True))
+        after = loaded(store, saga.id)
+        assert after.owner is None
+        assert self.near(after.lease_expires_at, after.updated_at)
+        self.wait(store, 0.01)
+        assert [s.id for s in store.list(ListQuery(stuck=True))] == [saga.id]
+
+    # -- transactional steps --------------------------------------------------------------
+
+    def test_transact_applies_the_change_built_from_the_work_result(self, store: SagaStore) -> None:
+        saga = create(store)
+        done = StepRecord("reserve", 1, StepStatus.SUCCEEDED, 1, result='"R1"')
+
+        def change_for(result: str) -> Commit:
+            assert result == "R1"
+            return Commit(saga.id, 1, steps=(StepWrite(done, stamp="finished"),))
+
+        def work(session: object) -> str:
+            return "R1" if self.session_expected(session) else "?"
+
+        assert store.transact(work, change_for) == ("R1", False)
+        assert loaded(store, saga.id).steps[0].status is StepStatus.SUCCEEDED
+
+    def test_transact_applies_nothing_when_the_work_raises(self, store: SagaStore) -> None:
+        saga = create(store)
+        before = store.load(saga.id)
+
+        def work(session: object) -> str:
+            raise ValueError("constraint violated")
+
+        with pytest.raises(ValueError, match="constraint"):
+            store.transact(work, lambda result: Commit(saga.id, 1, status=SagaStatus.FAILED))
+        assert store.load(saga.id) == before
+
+    # -- leases -------------------------------------------------------------------------
+
+    def test_renew_many_extends_the_leases_still_held_and_reports_the_lost(
+        self, store: SagaStore
+    ) -> None:
+        saga = create(store, ttl=1.0)
+        taken = create(store, ttl=EXPIRED)
+        store.claim(taken.id, "rival", TTL, Event("lease_claimed"))  # epoch 2 now
+        self.wait(store, self.gap)
+        before = store.now()
+        renewal = store.renew_many({saga.id: 1, taken.id: 1, "gone": 1}, TTL)
+        after = store.now()
+        assert renewal == Renewal(stop=frozenset(), lost=frozenset({taken.id, "gone"}))
+        lease = loaded(store, saga.id).lease_expires_at
+        assert lease is not None
+        assert before + TTL <= lease <= after + TTL
+        assert loaded(store, taken.id).owner == "rival"
+        assert store.renew_many({saga.id: 2}, TTL) == Renewal(lost=frozenset({saga.id}))
+        assert store.renew_many({}, TTL) == Renewal()
+
+    def test_claim_is_refused_while_another_owner_lease_is_live(self, store: SagaStore) -> None:
+        live = create(store, owner="a")
+        with pytest.raises(SagaBusyError, match="held by a"):
+            store.claim(live.id, "b", TTL, Event("lease_claimed"))
+        assert loaded(store, live.id).epoch == 1
+        expired = create(store, ttl=EXPIRED, owner="a")
+        claimed = store.claim(expired.id, "b", TTL, Event("lease_claimed"))
+        assert (claimed.owner, claimed.epoch) == ("b", 2)
+        assert store.events(expired.id)[-1].epoch == 2
+        assert store.events(expired.id)[-1].detail == {"owner": "b"}
+
+    def test_a_live_lease_is_not_taken_even_by_its_owner(self, store: SagaStore) -> None:
+        saga = create(store, owner="a")
+        with pytest.raises(SagaBusyError):
+            store.claim(saga.id, "a", TTL, Event("lease_claimed"))
+
+    def test_a_released_saga_can_be_claimed_at_once(self, store: SagaStore) -> None:
+        saga = create(store, owner="a")
+        store.commit(Commit(saga.id, 1, status=SagaStatus.FAILED, release=True))
+        assert store.claim(saga.id, "b", TTL, Event("operator_action")).epoch == 2
+
+    def test_a_finished_saga_is_not_claimed(self, store: SagaStore) -> None:
+        saga = create(store)
+        store.commit(Commit(saga.id, 1, status=SagaStatus.COMPLETED, release=True))
+        with pytest.raises(OperationRefusedError, match="already completed"):
+            store.claim(saga.id, "b", TTL, Event("operator_action"))
+
+    def test_claiming_an_unknown_saga_raises(self, store: SagaStore) -> None:
+        with pytest.raises(UnknownSagaError):
+            store.claim("nope", "a", TTL, Event("lease_claimed"))
+
+    def test_a_claim_whose_guard_fails_changes_nothing(self, store: SagaStore) -> None:
+        saga = create(store, ttl=EXPIRED)
+        pivot = StepRecord("charge", 2, StepStatus.SUCCEEDED, 1, kind=StepKind.PIVOT)
+        store.commit(Commit(saga.id, 1, steps=(StepWrite(pivot, new=True),)))
+        running_only = frozenset({SagaStatus.RUNNING})
+        broken = (
+            ClaimGuard(frozenset({SagaStatus.FAILED})),
+            ClaimGuard(running_only, epoch=7),
+            ClaimGuard(running_only, before_pivot=True),
+        )
+        before = (store.load(saga.id), store.events(saga.id))
+        for guard in broken:
+            with pytest.raises(SagaChangedError):
+                store.claim(saga.id, "op", TTL, Event("operator_action"), guard)
+        assert (store.load(saga.id), store.events(saga.id)) == before
+        held = ClaimGuard(running_only, epoch=1)
+        assert store.claim(saga.id, "op", TTL, Event("operator_action"), held).epoch == 2
+
+    def test_claim_expired_takes_only_active_sagas_whose_lease_ran_out(
+        self, store: SagaStore
+    ) -> None:
+        older = create(store, ttl=2 * EXPIRED)
+        newer = create(store, ttl=EXPIRED)
+        create(store)  # live
+        renewed = create(store, ttl=EXPIRED)
+        store.renew_many({renewed.id: 1}, TTL)
+        finished = create(store, ttl=EXPIRED)
+        store.commit(Commit(finished.id, 1, status=SagaStatus.COMPLETED, release=True))
+        assert store.claim_expired("r", TTL, limit=1) == [older.id]
+        assert store.claim_expired("r", TTL, limit=10) == [newer.id]
+        assert store.claim_expired("r", TTL, limit=10) == []
+        claimed = loaded(store, newer.id)
+        assert (claimed.owner, claimed.epoch) == ("r", 2)
+        [event] = [e for e in store.events(newer.id) if e.kind == "lease_claimed"]
+        assert (event.epoch, event.detail) == (2, {"owner": "r"})
+
+    def test_concurrent_recoverers_never_claim_a_saga_twice(self, store: SagaStore) -> None:
+        ids = {create(store, ttl=EXPIRED).id for _ in range(50)}
+        claimed: list[str] = []
+        barrier = threading.Barrier(4)
+
+        def recoverer(owner: str) -> None:
+            barrier.wait()
+            while batch := store.claim_expired(owner, TTL, limit=3):
+                claimed.extend(batch)
+
+        _all_at_once(recoverer, [(f"w{n}",) for n in range(4)])
+        assert sorted(claimed) == sorted(ids)
+
+    def test_concurrent_creates_with_one_key_make_one_saga(self, store: SagaStore) -> None:
+        outcomes: list[bool] = []
+        barrier = threading.Barrier(8)
+
+        def racer() -> None:
+            saga = saga_record(key="same")
+            barrier.wait()
+            outcomes.append(store.create(saga, Commit(saga.id, 1), TTL)[1])
+
+        _all_at_once(racer, [() for _ in range(8)])
+        assert sorted(outcomes) == [False] * 7 + [True]
+
+    # -- cancel requests and events -------------------------------------------------------
+
+    def test_cancel_request_is_reported_by_the_next_commit(self, store: SagaStore) -> None:
+        saga = create(store)
+        store.request_cancel(saga.id, Event("operator_action", detail={"action": "cancel"}))
+        assert loaded(store, saga.id).cancel_requested
+        assert store.commit(Commit(saga.id, 1)) is True
+        assert store.renew_many({saga.id: 1}, TTL).stop == {saga.id}
+        assert kinds(store, saga.id).count("operator_action") == 1
+        store.request_cancel(saga.id, Event("operator_action"))  # recorded already: left
+        assert kinds(store, saga.id).count("operator_action") == 1
+        with pytest.raises(UnknownSagaError):
+            store.request_cancel("nope", Event("operator_action"))
+
+    def test_a_cancel_request_checks_its_guard_unless_the_saga_finished(
+        self, store: SagaStore
+    ) -> None:
+        saga = create(store)
+        with pytest.raises(SagaChangedError):
+            store.request_cancel(
+                saga.id, Event("operator_action"), ClaimGuard(frozenset({SagaStatus.RUNNING}), 2)
+            )
+        assert not loaded(store, saga.id).cancel_requested
+        store.commit(Commit(saga.id, 1, status=SagaStatus.COMPLETED, release=True))
+        store.request_cancel(
+            saga.id, Event("operator_action"), ClaimGuard(frozenset({SagaStatus.RUNNING}), 2)
+        )
+        assert not loaded(store, saga.id).cancel_requested
+        assert "operator_action" not in kinds(store, saga.id)
+
+    def test_events_are_numbered_in_order_and_detail_is_copied(self, store: SagaStore) -> None:
+        saga = create(store)
+        detail = {"by": "alice"}
+        store.record_event(saga.id, Event("operator_action", detail=detail))
+        detail["by"] = "mallory"
+        events = store.events(saga.id)
+        assert [e.id for e in events] == sorted(e.id for e in events)
+        assert (events[-1].detail, events[-1].epoch) == ({"by": "alice"}, 1)
+
+    def test_an_event_for_an_unknown_saga_is_kept_without_an_epoch(self, store: SagaStore) -> None:
+        store.record_event("nope", Event("recovery_refused"))
+        [event] = store.events("nope")
+        assert (event.kind, event.epoch) == ("recovery_refused", None)
+
+    def test_a_fenced_event_is_written_only_under_the_current_epoch(self, store: SagaStore) -> None:
+        saga = create(store, ttl=EXPIRED)
+        assert store.claim_expired("rival", TTL, 1) == [saga.id]  # epoch 2 now
+        assert store.record_fenced_event(saga.id, 1, Event("recovery_refused")) is False
+        assert store.record_fenced_event(saga.id, 2, Event("recovery_refused")) is True
+        assert store.record_fenced_event("nope", 1, Event("recovery_refused")) is False
+        refused = [e for e in store.events(saga.id) if e.kind == "recovery_refused"]
+        assert [e.epoch for e in refused] == [2]
+        assert store.events("nope") == []
+
+    # -- lists ----------------------------------------------------------------------------
+
+    def test_list_is_newest_first_with_filters_and_keyset_pages(self, store: SagaStore) -> None:
+        made = []
+        for n in range(5):
+            made.append(create(store, name="even" if n % 2 == 0 else "odd"))
+            self.wait(store, self.gap)
+        ids = [saga.id for saga in made]
+        newest_first = list(reversed(ids))
+        assert [s.id for s in store.list(ListQuery())] == newest_first
+        assert [s.id for s in store.list(ListQuery(limit=2))] == newest_first[:2]
+        assert [s.id for s in store.list(ListQuery(before=newest_first[1]))] == newest_first[2:]
+        assert [s.id for s in store.list(ListQuery(name="odd"))] == [ids[3], ids[1]]
+        first, second = (made[0].created_at, made[1].created_at)
+        assert first is not None
+        assert second is not None
+        older_than = store.now() - (first + second) / 2
+        assert [s.id for s in store.list(ListQuery(older_than=older_than))] == [ids[0]]
+        assert store.list(ListQuery(before="unknown")) == []
+        store.commit(Commit(ids[2], 1, status=SagaStatus.COMPLETED))
+        done = store.list(ListQuery(status=(SagaStatus.COMPLETED,)))
+        assert [s.id for s in done] == [ids[2]]
+        assert [s.id for s in store.list(ListQuery(key="nope"))] == []
+
+    def test_list_returns_each_saga_with_its_steps(self, store: SagaStore) -> None:
+        saga = create(store, key="k")
+        [listed] = store.list(ListQuery(key="k"))
+        assert listed == loaded(store, saga.id)
+        assert [s.name for s in listed.steps] == ["reserve"]
+
+    def test_stuck_means_active_with_an_expired_lease(self, store: SagaStore) -> None:
+        create(store)  # live
+        done = create(store, ttl=EXPIRED)
+        store.commit(Commit(done.id, 1, status=SagaStatus.COMPLETED, release=True))
+        assert store.list(ListQuery(stuck=True)) == []
+        stuck = create(store, ttl=EXPIRED)
+        assert [s.id for s in store.list(ListQuery(stuck=True))] == [stuck.id]
+
+    def test_status_counts_count_every_status_present(self, store: SagaStore) -> None:
+        assert store.status_counts() == {}
+        create(store)
+        create(store)
+        done = create(store)
+        store.commit(Commit(done.id, 1, status=SagaStatus.COMPLETED, release=True))
+        assert store.status_counts() == {SagaStatus.RUNNING: 2, SagaStatus.COMPLETED: 1}
+
+    def test_delete_removes_sagas_steps_events_and_keys(self, store: SagaStore) -> None:
+        assert isinstance(store, Deletable)  # every store saga ships can
+        saga = create(store, key="k")
+        kept = create(store)
+        assert store.delete([saga.id, "unknown"]) == 1
+        assert store.load(saga.id) is None
+        assert store.find("order", "k") is None
+        assert store.events(saga.id) == []
+        assert store.load(kept.id) is not None
+        assert create(store, key="k").key == "k"  # the key is free again
+
+
+def _all_at_once(target: Any, arguments: list[tuple[Any, ...]]) -> None:
+    threads = [threading.Thread(target=target, args=args) for args in arguments]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+class AsyncStoreContract:
+    """What every ``AsyncSagaStore`` does. Subclasses provide the ``store`` fixture (an
+    async store over a fresh sync store); each test runs on an event loop of its own."""
+
+    @pytest.fixture
+    def store(self) -> Iterator[AsyncSagaStore]:
+        raise NotImplementedError  # pragma: no cover - each backend's subclass says
+
+    def test_create_then_load_returns_the_stored_saga(self, store: AsyncSagaStore) -> None:
+        async def scenario() -> None:
+            saga = saga_record(key="k")
+            first = Commit(saga.id, 1, steps=(StepWrite(running("reserve", 1), new=True),))
+            _, created = await store.create(saga, first, TTL)
+            assert created
+            stored = await store.load(saga.id)
+            assert stored is not None
+            assert stored == store.sync.load(saga.id)
+            assert [s.name for s in stored.steps] == ["reserve"]
+            again, created = await store.create(saga_record(key="k"), Commit("x", 1), TTL)
+            assert (again.id, created) == (saga.id, False)
+            assert await store.load("nope") is None
+            await store.close()
+
+        asyncio.run(scenario())
+
+    def test_commit_is_fenced_and_says_when_to_stop(self, store: AsyncSagaStore) -> None:
+        async def scenario() -> None:
+            saga = saga_record()
+            await store.create(saga, Commit(saga.id, 1), EXPIRED)
+            assert await store.commit(Commit(saga.id, 1, events=(Event("note"),))) is False
+            store.sync.request_cancel(saga.id, Event("operator_action"))
+            assert await store.commit(Commit(saga.id, 1)) is True
+            await store.call(store.sync.claim, saga.id, "b", TTL, Event("lease_claimed"))
+            before = store.sync.events(saga.id)
+            with pytest.raises(LeaseLostError):
+                await store.commit(Commit(saga.id, 1, status=SagaStatus.COMPLETED))
+            assert store.sync.events(saga.id) == before
+            assert (await store.load(saga.id) or saga).status is SagaStatus.RUNNING
+            await store.close()
+
+        asyncio.run(scenario())
+
+    def test_call_runs_any_sync_store_method(self, store: AsyncSagaStore) -> None:
+        async def scenario() -> None:
+            assert await store.call(store.sync.list, ListQuery()) == []
+            assert await store.call(store.sync.find, "order", "k") is None
+            await store.close()
+
+        asyncio.run(scenario())

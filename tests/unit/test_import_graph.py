@@ -1,0 +1,125 @@
+"""No import circles in saga and saga.adapters, counting every import the source
+names: function-local ones and those under ``TYPE_CHECKING`` too (a circle hidden
+in a function is still a circle)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"saga": ROOT / "saga", "saga.adapters": ROOT / "adapters"}
+
+ENGINE_MAY_NOT_IMPORT = ("threading", "asyncio", "concurrent", "saga.adapters", "saga.store")
+ENGINE_MAY_NOT_IMPORT += ("saga.drivers", "saga.coordinator", "saga.aio", "saga.scope")
+"""The engine is sans-I/O: no threads, no event loop, no store, no driver, no shell."""
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    found: dict[str, tuple[Path, bool]] = {}
+    for package, root in PACKAGES.items():
+        for path in root.rglob("*.py"):
+            parts = [part for part in path.relative_to(root).with_suffix("").parts]
+            is_package = parts[-1] == "__init__"
+            name = ".".join([package, *(parts[:-1] if is_package else parts)])
+            found[name] = (path, is_package)
+    return found
+
+
+def _imported(name: str, path: Path, is_package: bool, known: set[str]) -> Iterator[str]:
+    """The modules of ``known`` that ``path`` imports, anywhere in it."""
+    here = name if is_package else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names if alias.name in known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            names = [f"{base}.{alias.name}" for alias in node.names]
+            submodules = [n for n in names if n in known]
+            yield from submodules
+            if len(submodules) < len(names) and base in known:
+                yield base  # a name defined in the module itself
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    return {
+        name: set(_imported(name, path, is_package, known)) - {name}
+        for name, (path, is_package) in modules.items()
+    }
+
+
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in graph[node]:
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                component.add(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(component)
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_the_graph_sees_function_local_imports() -> None:
+    graph = _graph()
+    assert "saga.adapters.sql" in graph["saga.store"]  # imported inside open_store
+    assert "saga.adapters.sql.writes" in graph["saga.adapters.sql.pg_async"]  # relative
+
+
+def test_no_import_circle() -> None:
+    assert [sorted(circle) for circle in _circles(_graph())] == []
+
+
+def _every_import(path: Path) -> Iterator[str]:
+    """Every module ``path`` names in an import statement (absolute imports only:
+    saga uses no relative ones outside the adapters)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def test_the_engine_imports_no_threading_asyncio_store_or_driver() -> None:
+    engine = sorted((ROOT / "saga" / "engine").glob("*.py"))
+    assert len(engine) > 5
+    for path in engine:
+        for imported in _every_import(path):
+            banned = [b for b in ENGINE_MAY_NOT_IMPORT if f"{imported}.".startswith(f"{b}.")]
+            assert not banned, f"{path.name} imports {imported}"
+
+
+def test_the_storage_modules_import_no_driver() -> None:
+    graph = _graph()
+    drivers = {"saga.drivers.threads", "saga.drivers.tasks", "saga.coordinator", "saga.aio"}
+    storage = [name for name in graph if name.startswith("saga.adapters.sql")]
+    storage += ["saga.ports", "saga.errors", "saga.status", "saga._statuses"]
+    for name in storage:
+        assert not graph[name] & drivers, name
