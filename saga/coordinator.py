@@ -17,7 +17,6 @@ from saga.definition import Saga, defined_saga
 from saga.drivers.threads import ThreadDriver
 from saga.engine.flows import Flows
 from saga.errors import (
-    ConfigurationError,
     LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
@@ -31,7 +30,6 @@ from saga.ports import (
     ClaimGuard,
     Event,
     EventRecord,
-    JoinsSessions,
     ListQuery,
     SagaRecord,
     SagaStore,
@@ -39,8 +37,8 @@ from saga.ports import (
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.scope import SagaScope
-from saga.status import SagaStatus
-from saga.store import open_store
+from saga.status import SagaStatus, statuses_of
+from saga.store import open_store, use_session_factory
 from saga.views import SagaView, view_of
 
 T = TypeVar("T")
@@ -223,7 +221,7 @@ class Coordinator:
     ) -> list[SagaView]:
         """Sagas, newest first, at most ``limit`` of them."""
         query = ListQuery(
-            status=_statuses(status),
+            status=statuses_of(status),
             name=name,
             key=key,
             stuck=stuck,
@@ -428,32 +426,3 @@ class Coordinator:
             return self._saga_for(record)
         except UnknownSagaError:
             return None
-
-
-def use_session_factory(store: SagaStore, factory: Callable[..., Any]) -> None:
-    """Install the application's session factory on a SQL store (checked there)."""
-    if not isinstance(store, JoinsSessions):
-        raise ConfigurationError(
-            f"the store at {store.url} has no SQL transactions to join; "
-            "session_factory needs a PostgreSQL or SQLite store"
-        )
-    store.use_session_factory(factory)
-
-
-def _statuses(
-    status: SagaStatus | str | Iterable[SagaStatus | str] | None,
-) -> tuple[SagaStatus, ...]:
-    if status is None:
-        return ()
-    if isinstance(status, SagaStatus | str):
-        status = [status]
-    return tuple(parse_status(s) for s in status)
-
-
-def parse_status(status: SagaStatus | str) -> SagaStatus:
-    """A status from its name, or ``ConfigurationError`` listing the valid ones."""
-    try:
-        return SagaStatus(status)
-    except ValueError:
-        known = ", ".join(s.value for s in SagaStatus)
-        raise ConfigurationError(f"unknown status {status!r}; use one of: {known}") from None

@@ -6,8 +6,10 @@ The enums are defined in :mod:`saga._statuses`, which imports nothing, so that
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from saga._statuses import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
-from saga.errors import IllegalTransitionError
+from saga.errors import ConfigurationError, IllegalTransitionError
 
 __all__ = [
     "PIVOT_ACTED",
@@ -16,6 +18,8 @@ __all__ = [
     "StepStatus",
     "check_saga_move",
     "check_step_move",
+    "parse_status",
+    "statuses_of",
 ]
 
 
@@ -68,3 +72,23 @@ def check_step_move(step: str, old: StepStatus, new: StepStatus) -> None:
     """Raise ``IllegalTransitionError`` unless ``old -> new`` is allowed."""
     if new not in _STEP_MOVES[old]:
         raise IllegalTransitionError(f"step {step!r}: {old.value} -> {new.value} is not allowed")
+
+
+def statuses_of(
+    status: SagaStatus | str | Iterable[SagaStatus | str] | None,
+) -> tuple[SagaStatus, ...]:
+    """The statuses a ``list(status=...)`` argument names (one, several or none)."""
+    if status is None:
+        return ()
+    if isinstance(status, SagaStatus | str):
+        status = [status]
+    return tuple(parse_status(s) for s in status)
+
+
+def parse_status(status: SagaStatus | str) -> SagaStatus:
+    """A status from its name, or ``ConfigurationError`` listing the valid ones."""
+    try:
+        return SagaStatus(status)
+    except ValueError:
+        known = ", ".join(s.value for s in SagaStatus)
+        raise ConfigurationError(f"unknown status {status!r}; use one of: {known}") from None

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 from saga.errors import ConfigurationError
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import AsyncSagaStore, NativeAsync, SagaStore
+from saga.ports import AsyncSagaStore, JoinsSessions, NativeAsync, SagaStore
 
 DEFAULT_URL = "sqlite:///saga.db"
 _log = logging.getLogger("saga")
@@ -54,3 +56,13 @@ def async_store(store: SagaStore) -> AsyncSagaStore:
     from saga.adapters.threaded_async import ThreadedAsyncStore
 
     return ThreadedAsyncStore(store)
+
+
+def use_session_factory(store: SagaStore, factory: Callable[..., Any]) -> None:
+    """Install the application's session factory on a SQL store (checked there)."""
+    if not isinstance(store, JoinsSessions):
+        raise ConfigurationError(
+            f"the store at {store.url} has no SQL transactions to join; "
+            "session_factory needs a PostgreSQL or SQLite store"
+        )
+    store.use_session_factory(factory)

@@ -25,8 +25,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from saga.coordinator import Coordinator, use_session_factory
+from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
+from saga.store import use_session_factory
 
 from ..sql.binding import check_session_factory, same_database
 from ..sql.transactions import SqlTransactions

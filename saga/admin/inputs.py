@@ -13,11 +13,11 @@ import sys
 import uuid
 from collections.abc import Iterable, Sequence
 
-from saga.coordinator import Coordinator, parse_status
+from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_saga, defined_versions
 from saga.errors import ConfigurationError, UnknownSagaError
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.status import SagaStatus
+from saga.status import SagaStatus, parse_status
 from saga.versions import missing
 from saga.views import SagaView
 

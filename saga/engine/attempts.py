@@ -58,14 +58,11 @@ def attempts(
     transactional: bool = False,
     payload_limit: int = 0,
 ) -> Flow[Any]:
-    """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first.
-
-    Attempt ``attempt`` is already recorded as started. A transactional action runs
-    inside a store transaction that also records its success (``payload_limit``
-    bounds the result stored with it): ``cursor.record`` then shows it succeeded.
-    """
-    # The first attempt runs outside tenacity, so that the usual case (it succeeds)
-    # costs no retry machinery; its error is handed to tenacity, which decides.
+    """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first
+    (attempt ``attempt`` already is). A transactional action's success commits with its
+    writes (its result bounded by ``payload_limit``): ``cursor.record`` then shows it.
+    The first attempt runs outside tenacity, so that the usual case (it succeeds) costs
+    no retry machinery; its error is handed to tenacity, which decides."""
     number, began = attempt, time.monotonic()
     try:
         return (
