@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import functools
 import os
 import socket
 import uuid
@@ -16,12 +15,8 @@ from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga, defined_saga
 from saga.drivers.threads import ThreadDriver
 from saga.engine.flows import Flows
+from saga.engine.verbs import Verbs
 from saga.errors import (
-    LeaseLostError,
-    OperationRefusedError,
-    SagaBusyError,
-    SagaChangedError,
-    SagaFailed,
     UnknownSagaError,
 )
 from saga.lease import Heartbeat, check_lease_ttl
@@ -83,6 +78,7 @@ class Coordinator:
         self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.flows = Flows(payload_limit, self.resolver)
         self.driver = ThreadDriver(self.store, lease_ttl, self.heartbeat)
+        self.verbs = Verbs(self.flows, self.owner, lease_ttl, self)
         self._sagas = versions.Registry()
 
     def __repr__(self) -> str:
@@ -147,25 +143,10 @@ class Coordinator:
     def _forward(
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
-        with self.heartbeat.holding(record.id, record.epoch):
-            return view_of(self.driver.run(self.flows.forward(saga, record, started)))
+        return view_of(self.driver.run(self.verbs.forward(saga, record, started)))
 
     def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
-        if operations.rerun(saga, existing, input_text):
-            return view_of(existing)
-        claim = operations.claimed("rerun")
-        try:
-            guard = operations.continue_guard()
-            record = self.store.claim(existing.id, self.owner, self.lease_ttl, claim, guard)
-        except SagaBusyError:
-            raise
-        except OperationRefusedError:  # it finished (or failed) between our read and our claim
-            return self._rerun(saga, self._load(existing.id), input_text)
-        started = self.started_with(record)  # the version the saga began with, maybe older
-        if record.status is SagaStatus.COMPENSATING:
-            view = self._unwind(record, started)
-            raise SagaFailed(view.id, view.status, engine.failed_step(record))
-        return self._forward(started, record)
+        return view_of(self.driver.run(self.verbs.rerun(saga, existing, input_text)))
 
     def _definition(self, saga: Saga | str) -> Saga:
         if isinstance(saga, Saga):
@@ -246,61 +227,14 @@ class Coordinator:
 
     def recover(self, *, compensate: bool = False, limit: int | None = None) -> RecoveryReport:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
-        report = RecoveryReport()
-        seen: set[str] = set()
-        while limit is None or len(report.outcomes) < limit:
-            claimed = self.store.claim_expired(self.owner, self.lease_ttl, 1)
-            if not claimed:
-                break
-            saga_id = claimed[0]
-            if saga_id in seen:  # everything older was handled; this one is refused again
-                self._release(saga_id)
-                break
-            seen.add(saga_id)
-            report.outcomes.append(self._recover_one(saga_id, compensate))
-        return report
+        return self.driver.run(self.verbs.recover(compensate, limit))
 
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
         as ``recover`` would; the claim is recorded naming the operator. Only a running
         or compensating saga is taken (checked in the claim): a ``failed`` one waits for
         ``retry-compensation`` or ``mark-compensated``."""
-        claim = Event(
-            "lease_claimed", detail={"why": "operator recover", **operations.operator_detail()}
-        )
-        self.claim_guarded(saga_id, claim, operations.recover_guard(), operations.refuse_recover)
-        return self._recover_one(saga_id, compensate)
-
-    def _recover_one(self, saga_id: str, compensate: bool) -> RecoveryOutcome:
-        record: SagaRecord | None = None
-        try:
-            record = self._load(saga_id)
-            if record.owner != self.owner:  # claimed by another since our claim
-                return RecoveryOutcome.lost_to_another(saga_id, record.name)
-            view = self._finish(record, compensate)
-            return RecoveryOutcome(saga_id, record.name, view.status, None)
-        except SagaFailed as failure:
-            name = record.name if record else "?"
-            return RecoveryOutcome(saga_id, name, failure.status, None)
-        except LeaseLostError:
-            # This process stalled past its lease and another claimed the saga: the
-            # history is that process's now, so not even a refusal is written here.
-            return RecoveryOutcome.lost_to_another(saga_id, record.name if record else "?")
-        except Exception as error:
-            self._refused(saga_id, record, error)
-            return RecoveryOutcome(saga_id, record.name if record else "?", None, str(error))
-
-    def _finish(self, record: SagaRecord, compensate: bool) -> SagaView:
-        """Carry a claimed saga to its end: forward or unwinding, as the rules say."""
-        saga = self._saga_for(record)
-        route = operations.recovery_route(record, saga, compensate)
-        if route == "forward":
-            assert saga is not None
-            return self._forward(saga, record)
-        if route == "turn":
-            self.flows.check_compensations(record, saga)  # refuse before changing anything
-            record = self._turn(record, "recovery")
-        return self._unwind(record, saga)
+        return self.driver.run(self.verbs.recover_saga(saga_id, compensate))
 
     def _saga_for(self, record: SagaRecord) -> Saga | None:
         view_of(record)  # CorruptRecordError before anything acts on a row with unreadable JSON
@@ -308,67 +242,28 @@ class Coordinator:
             return None
         return self.started_with(record)
 
-    def _turn(self, record: SagaRecord, why: str) -> SagaRecord:
-        event = operations.turn(record, why)
-        return self.driver.run(self.flows.write(record, [], [event], SagaStatus.COMPENSATING))
-
     def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
         """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
-        with self.heartbeat.holding(record.id, record.epoch):
-            return view_of(self.driver.run(self.flows.unwind(record, saga, fresh)))
+        return view_of(self.driver.run(self.verbs.unwind(record, saga, fresh)))
 
     def _release(self, saga_id: str) -> None:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
-        record = self.store.load(saga_id)
-        if record is not None and record.owner == self.owner:
-            self.store.commit(engine.release(record))
+        self.driver.run(self.verbs.release(saga_id))
 
     def _refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> None:
-        """Record why a claimed saga was not finished, and release it; both fenced by the
-        epoch of our claim, so nothing is written once another process has claimed it."""
-        detail = {"error": engine.describe(error), "owner": self.owner}
-        try:
-            epoch = record.epoch if record is not None else self._claim_epoch(saga_id)
-            event = Event("recovery_refused", detail=detail)
-            if epoch is not None and self.store.record_fenced_event(saga_id, epoch, event):
-                self._release(saga_id)
-        except Exception:  # noqa: S110 - reporting must not hide the first error
-            pass
-
-    def _claim_epoch(self, saga_id: str) -> int | None:
-        """The epoch of our claim, from the history: for a row that could not be read."""
-        for event in reversed(self.store.events(saga_id)):
-            if event.epoch is not None and (event.detail or {}).get("owner") == self.owner:
-                return event.epoch  # every event naming us as owner is under our claim
-        return None
+        """Record why a claimed saga was not finished, and release it (fenced)."""
+        self.driver.run(self.verbs.refused(saga_id, record, error))
 
     def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now (refused past a pivot or once finished).
 
         ``action`` names the operator action in the saga's history.
         """
-        record = self._load(saga_id)
-        operations.refuse_compensate(record)
-        saga = self._saga_for(record)
-        self.flows.check_compensations(record, saga)  # refuse before changing anything
-        guard = operations.compensate_guard(record)
-        event = operations.by_operator(action)
-        record = self.claim_guarded(record.id, event, guard, operations.refuse_compensate)
-        fresh = record.status is SagaStatus.FAILED
-        if record.status is not SagaStatus.COMPENSATING:
-            record = self._turn(record, "operator compensate")
-        return self._unwind(record, saga, fresh)
+        return view_of(self.driver.run(self.verbs.compensate(saga_id, action)))
 
     def resume(self, saga_id: str) -> SagaView:
         """Carry a stuck declarative saga forward now."""
-        record = self._load(saga_id)
-        operations.refuse_resume(record)
-        saga = self._saga_for(record)
-        assert saga is not None
-        guard = operations.resume_guard(record)
-        event = operations.by_operator("resume")
-        record = self.claim_guarded(record.id, event, guard, operations.refuse_resume)
-        return self._forward(saga, record)
+        return view_of(self.driver.run(self.verbs.resume(saga_id)))
 
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind.
@@ -377,22 +272,7 @@ class Coordinator:
         its next step boundary; a stuck saga is unwound here if this process knows its
         definition, else by the recovery of a process that does.
         """
-        record = self._load(saga_id)
-        operations.refuse_cancel(record)
-        guard = operations.cancel_guard()
-        event = operations.by_operator("cancel")
-        request = functools.partial(self.store.request_cancel, saga_id, event, guard)
-        self.guarded(request, saga_id, operations.refuse_cancel)
-        saga = self._saga_if_known(record)
-        if saga is None and record.kind == "declarative":
-            return self.get(saga_id)  # recorded; a process with the definition unwinds it
-        try:
-            record = self.store.claim(
-                saga_id, self.owner, self.lease_ttl, operations.claimed("cancel"), guard
-            )
-        except OperationRefusedError:  # busy, or its owner honoured the request meanwhile
-            return self.get(saga_id)
-        return self._unwind(self._turn(record, "cancel requested"), saga)
+        return view_of(self.driver.run(self.verbs.cancel(saga_id)))
 
     def claim_guarded(
         self,
@@ -404,22 +284,7 @@ class Coordinator:
         """Claim the saga for an operator's verb, on the condition the verb was decided
         under (``guard``, checked inside the claim). If the saga moved on since it was
         read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
-        return self.guarded(
-            lambda: self.store.claim(saga_id, self.owner, self.lease_ttl, event, guard),
-            saga_id,
-            refuse,
-        )
-
-    def guarded(
-        self, write: Callable[[], T], saga_id: str, refuse: Callable[[SagaRecord], object]
-    ) -> T:
-        """``write()``; if its guard no longer held, the verb's own refusal of the saga's
-        new state says why, else ``SagaChangedError`` does."""
-        try:
-            return write()
-        except SagaChangedError:
-            refuse(self._load(saga_id))
-            raise
+        return self.driver.run(self.verbs.claim_guarded(saga_id, event, guard, refuse))
 
     def _saga_if_known(self, record: SagaRecord) -> Saga | None:
         try:

@@ -34,6 +34,7 @@ from saga.engine.effects import (
     Launch,
     Load,
     Sleep,
+    StoreCall,
     Transact,
     Wait,
     Waited,
@@ -61,6 +62,7 @@ class TaskDriver:
                 effect.record, effect.first, self.threads.lease_ttl
             ),
             Hold: _hold,
+            StoreCall: lambda effect, _: asyncio.to_thread(effect.call, self.threads.store),
             Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
             Sleep: lambda effect, _: asyncio.sleep(effect.seconds),
             Launch: _launch,
@@ -68,14 +70,10 @@ class TaskDriver:
             CancelInFlight: _cancel_in_flight,
         }
 
-    async def run(
-        self, flow: Flow[T], stop: asyncio.Event | None = None, shielded: bool = False
-    ) -> T:
-        """Carry ``flow`` out; ``stop``, once set, tells the flow at its next ``Wait``
-        that a stop was asked for (the lease renewal saw a cancel request or a deadline).
-        ``shielded``: the flow is a step's attempts, whose writes complete even when the
-        caller is cancelled (see :meth:`drive`)."""
-        tasks = _Tasks(self, stop)
+    async def run(self, flow: Flow[T], shielded: bool = False) -> T:
+        """Carry ``flow`` out. ``shielded``: the flow is a step's attempts, whose writes
+        complete even when the caller is cancelled (see :meth:`drive`)."""
+        tasks = _Tasks(self)
         try:
             return await self.drive(flow, tasks, shielded)
         finally:
@@ -122,13 +120,24 @@ class TaskDriver:
 class _Tasks:
     """The branches of one flow in flight, as tasks."""
 
-    def __init__(self, driver: TaskDriver, stop: asyncio.Event | None) -> None:
+    def __init__(self, driver: TaskDriver) -> None:
         self.driver = driver
         self.running: dict[asyncio.Task[Finished], Branch] = {}
         self.cancelled_at: dict[str, float] = {}
         self.why_cancelled = "cancelled"
-        self._stop = stop
+        self._stop: asyncio.Event | None = None
         self._stop_waiter: asyncio.Task[bool] | None = None
+
+    def watch(self) -> Callable[[], None]:
+        """What the heartbeat calls (on its thread) when it finds a stop asked for: the
+        flow hears of it at its next ``Wait``, as ``Waited.stop_requested``."""
+        stop = self._stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def stop_requested() -> None:
+            loop.call_soon_threadsafe(stop.set)
+
+        return stop_requested
 
     def launch(self, branches: tuple[Branch, ...]) -> None:
         for branch in branches:
@@ -185,7 +194,8 @@ class _Tasks:
 
 
 async def _hold(effect: Hold, tasks: _Tasks) -> Any:
-    return tasks.driver.threads.hold(effect.record)
+    on_stop = tasks.watch() if effect.watch else None
+    return tasks.driver.threads.hold(effect.record, on_stop)
 
 
 async def _fault(effect: Fault, _: _Tasks) -> None:

@@ -36,6 +36,7 @@ from saga.engine.effects import (
     Launch,
     Load,
     Sleep,
+    StoreCall,
     Transact,
     Wait,
     Waited,
@@ -68,6 +69,7 @@ class ThreadDriver:
                 effect.record, effect.first, self.lease_ttl
             ),
             Hold: lambda effect, _: self.hold(effect.record),
+            StoreCall: lambda effect, _: effect.call(self.store),
             Transact: lambda effect, _: self.transact(effect),
             Sleep: lambda effect, _: time.sleep(effect.seconds),
             Launch: lambda effect, branches: branches.launch(effect.branches),
@@ -104,9 +106,12 @@ class ThreadDriver:
     def _answer(self, effect: Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
 
-    def hold(self, record: SagaRecord) -> contextlib.AbstractContextManager[None]:
-        """Keep ``record``'s lease alive until the handle returned is exited."""
-        holding = self.heartbeat.holding(record.id, record.epoch)
+    def hold(
+        self, record: SagaRecord, on_stop: Callable[[], None] | None = None
+    ) -> contextlib.AbstractContextManager[None]:
+        """Keep ``record``'s lease alive until the handle returned is exited; ``on_stop``
+        is called (on the heartbeat's thread) if the renewal finds a stop asked for."""
+        holding = self.heartbeat.holding(record.id, record.epoch, on_stop)
         holding.__enter__()
         return holding
 

@@ -16,6 +16,8 @@ effect             the driver's answer
                    stored, whether this call created it)
 ``Hold``           keeps the saga's lease alive from now on; answers a
                    handle whose ``__exit__`` stops that
+``StoreCall``      any other store call (an operator's claim, a cancel
+                   request); answers what it returns
 ``Call``           runs an action or compensation as the current step (with
                    a timeout, when it has one); answers its result
 ``Transact``       runs an action inside a store transaction that also
@@ -41,7 +43,7 @@ from saga.codec import Encoded
 from saga.context import StepContext
 from saga.engine import records
 from saga.engine.decisions import Cursor
-from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
 from saga.status import SagaStatus
 
 T = TypeVar("T")
@@ -76,6 +78,15 @@ class Create:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Hold:
     record: SagaRecord
+    watch: bool = False  # the asyncio driver also listens for a stop asked meanwhile
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreCall:
+    """An operator's store call (a claim, a cancel request, a fenced event...), made
+    by the driver with its sync store: ``call(store)``."""
+
+    call: Callable[[SagaStore], Any]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -150,7 +161,18 @@ class CancelInFlight:
 
 
 Effect = (
-    Write | Load | Create | Hold | Call | Transact | Sleep | Fault | Launch | Wait | CancelInFlight
+    Write
+    | Load
+    | Create
+    | Hold
+    | StoreCall
+    | Call
+    | Transact
+    | Sleep
+    | Fault
+    | Launch
+    | Wait
+    | CancelInFlight
 )
 
 Flow = Generator[Effect, Any, T]

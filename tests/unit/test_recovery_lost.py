@@ -198,12 +198,13 @@ def test_a_refusal_is_recorded_only_under_the_refusing_claim(
     _, saga_id = _crashed(store, lambda _saga_id: None)
     recoverer = Coordinator(store=store, lease_ttl=TTL)
 
-    def refuse_late(record: Any, compensate: bool) -> Any:
+    def refuse_late(record: Any, compensate: bool) -> Iterator[Any]:  # a flow that refuses
         _stall(store)  # stalls, is taken over, then refuses
         assert store.claim_expired(rival.owner, TTL, 1) == [record.id]
         raise ValueError("cannot finish this one here")
+        yield  # unreachable: makes this a generator, as flows are
 
-    monkeypatch.setattr(recoverer, "_finish", refuse_late)
+    monkeypatch.setattr(recoverer.verbs, "finish", refuse_late)
     with recoverer:
         [outcome] = recoverer.recover().outcomes
     assert _after_takeover(store, saga_id, rival) == []  # neither the refusal nor a release

@@ -1,0 +1,278 @@
+"""The coordinators' verbs as flows: rerun a key, recover, compensate, resume, cancel.
+
+One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
+saga, decides (``saga.operations``), claims it with the decision's condition
+checked inside the claim (a ``ClaimGuard``), and carries it forward or unwinds
+it while its lease is kept alive. The store calls an operator makes go out as
+``StoreCall`` effects; the drivers make them (the asyncio one in a thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from saga import operations
+from saga.definition import Saga
+from saga.engine import records
+from saga.engine.decisions import RunStep, failed_step
+from saga.engine.effects import Flow, Hold, Load, StoreCall, write
+from saga.engine.flows import Flows
+from saga.errors import (
+    LeaseLostError,
+    OperationRefusedError,
+    SagaBusyError,
+    SagaChangedError,
+    SagaFailed,
+    UnknownSagaError,
+)
+from saga.ports import ClaimGuard, Event, SagaRecord
+from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.status import SagaStatus
+
+T = TypeVar("T")
+
+
+class Definitions(Protocol):
+    """Which definition a recorded saga runs with (the coordinator's registry)."""
+
+    def started_with(self, record: SagaRecord) -> Saga: ...
+
+    def _saga_for(self, record: SagaRecord) -> Saga | None: ...
+
+    def _saga_if_known(self, record: SagaRecord) -> Saga | None: ...
+
+
+class Verbs:
+    """The verbs of one coordinator (its owner id, lease and definitions)."""
+
+    def __init__(
+        self, flows: Flows, owner: str, lease_ttl: float, definitions: Definitions
+    ) -> None:
+        self.flows = flows
+        self.owner = owner
+        self.lease_ttl = lease_ttl
+        self.definitions = definitions
+
+    # -- carrying a held saga on ------------------------------------------------------------
+
+    def forward(
+        self, saga: Saga, record: SagaRecord, started: Sequence[RunStep] = ()
+    ) -> Flow[SagaRecord]:
+        """Carry ``record`` forward while its lease is kept alive (and watched for a stop)."""
+        holding = yield Hold(record, watch=True)
+        try:
+            return (yield from self.flows.forward(saga, record, started))
+        finally:
+            holding.__exit__(None, None, None)
+
+    def unwind(
+        self, record: SagaRecord, saga: Saga | None, fresh: bool = False
+    ) -> Flow[SagaRecord]:
+        """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
+        holding = yield Hold(record)
+        try:
+            return (yield from self.flows.unwind(record, saga, fresh))
+        finally:
+            holding.__exit__(None, None, None)
+
+    def turn(self, record: SagaRecord, why: str) -> Flow[SagaRecord]:
+        event = operations.turn(record, why)
+        return (yield from write(record, [], [event], SagaStatus.COMPENSATING))
+
+    def load(self, saga_id: str) -> Flow[SagaRecord]:
+        record: SagaRecord | None = yield Load(saga_id)
+        if record is None:
+            raise UnknownSagaError(f"no saga with id {saga_id!r}")
+        return record
+
+    def _claim(self, saga_id: str, event: Event, guard: ClaimGuard | None) -> StoreCall:
+        owner, ttl = self.owner, self.lease_ttl
+        return StoreCall(lambda store: store.claim(saga_id, owner, ttl, event, guard))
+
+    # -- a run that found its key taken ------------------------------------------------------
+
+    def rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> Flow[SagaRecord]:
+        """``run`` with a key already used: the recorded outcome, or the saga continued."""
+        if operations.rerun(saga, existing, input_text):
+            return existing
+        try:
+            claim = self._claim(
+                existing.id, operations.claimed("rerun"), operations.continue_guard()
+            )
+            record: SagaRecord = yield claim
+        except SagaBusyError:
+            raise
+        except OperationRefusedError:  # it finished (or failed) between our read and our claim
+            latest = yield from self.load(existing.id)
+            return (yield from self.rerun(saga, latest, input_text))
+        started = self.definitions.started_with(record)  # the version it began with
+        if record.status is SagaStatus.COMPENSATING:
+            done = yield from self.unwind(record, started)
+            raise SagaFailed(done.id, done.status, failed_step(record))
+        return (yield from self.forward(started, record))
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def recover(self, compensate: bool, limit: int | None) -> Flow[RecoveryReport]:
+        """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
+        report = RecoveryReport()
+        seen: set[str] = set()
+        owner, ttl = self.owner, self.lease_ttl
+        while limit is None or len(report.outcomes) < limit:
+            claimed = yield StoreCall(lambda store: store.claim_expired(owner, ttl, 1))
+            if not claimed:
+                break
+            saga_id = claimed[0]
+            if saga_id in seen:  # everything older was handled; this one is refused again
+                yield from self.release(saga_id)
+                break
+            seen.add(saga_id)
+            report.outcomes.append((yield from self.recover_one(saga_id, compensate)))
+        return report
+
+    def recover_saga(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
+        """Claim this one saga (only a running or compensating one) and finish it."""
+        detail = {"why": "operator recover", **operations.operator_detail()}
+        claim = self._claim(
+            saga_id, Event("lease_claimed", detail=detail), operations.recover_guard()
+        )
+        yield from self.guarded(claim, saga_id, operations.refuse_recover)
+        return (yield from self.recover_one(saga_id, compensate))
+
+    def recover_one(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
+        record: SagaRecord | None = None
+        try:
+            record = yield from self.load(saga_id)
+            if record.owner != self.owner:  # claimed by another since our claim
+                return RecoveryOutcome.lost_to_another(saga_id, record.name)
+            done = yield from self.finish(record, compensate)
+            return RecoveryOutcome(saga_id, record.name, done.status, None)
+        except SagaFailed as failure:
+            return RecoveryOutcome(saga_id, _name(record), failure.status, None)
+        except LeaseLostError:
+            # This process stalled past its lease and another claimed the saga: the
+            # history is that process's now, so not even a refusal is written here.
+            return RecoveryOutcome.lost_to_another(saga_id, _name(record))
+        except Exception as error:  # one saga's problem never stops the others
+            yield from self.refused(saga_id, record, error)
+            return RecoveryOutcome(saga_id, _name(record), None, str(error))
+
+    def finish(self, record: SagaRecord, compensate: bool) -> Flow[SagaRecord]:
+        """Carry a claimed saga to its end: forward or unwinding, as the rules say."""
+        saga = self.definitions._saga_for(record)
+        route = operations.recovery_route(record, saga, compensate)
+        if route == "forward":
+            assert saga is not None
+            return (yield from self.forward(saga, record))
+        if route == "turn":
+            self.flows.check_compensations(record, saga)  # refuse before changing anything
+            record = yield from self.turn(record, "recovery")
+        return (yield from self.unwind(record, saga))
+
+    def release(self, saga_id: str) -> Flow[None]:
+        """Give up a claimed saga untouched, so that a better-equipped process can take it."""
+        record = yield Load(saga_id)
+        if record is not None and record.owner == self.owner:
+            yield StoreCall(lambda store: store.commit(records.release(record)))
+
+    def refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> Flow[None]:
+        """Record why a claimed saga was not finished, and release it; both fenced by the
+        epoch of our claim, so nothing is written once another process has claimed it."""
+        event = Event(
+            "recovery_refused", detail={"error": records.describe(error), "owner": self.owner}
+        )
+        try:
+            epoch = record.epoch if record is not None else (yield from self._claim_epoch(saga_id))
+            if epoch is None:
+                return
+            noted = yield StoreCall(lambda store: store.record_fenced_event(saga_id, epoch, event))
+            if noted:
+                yield from self.release(saga_id)
+        except Exception:  # noqa: S110 - reporting must not hide the first error
+            pass
+
+    def _claim_epoch(self, saga_id: str) -> Flow[int | None]:
+        """The epoch of our claim, from the history: for a row that could not be read."""
+        history = yield StoreCall(lambda store: store.events(saga_id))
+        for event in reversed(history):
+            if event.epoch is not None and (event.detail or {}).get("owner") == self.owner:
+                return int(event.epoch)  # every event naming us as owner is under our claim
+        return None
+
+    # -- operator verbs -----------------------------------------------------------------------
+
+    def compensate(self, saga_id: str, action: str) -> Flow[SagaRecord]:
+        """Unwind a stuck or failed saga now (refused past a pivot or once finished)."""
+        record = yield from self.load(saga_id)
+        operations.refuse_compensate(record)
+        saga = self.definitions._saga_for(record)
+        self.flows.check_compensations(record, saga)  # refuse before changing anything
+        claim = self._claim(
+            saga_id, operations.by_operator(action), operations.compensate_guard(record)
+        )
+        record = yield from self.guarded(claim, saga_id, operations.refuse_compensate)
+        fresh = record.status is SagaStatus.FAILED
+        if record.status is not SagaStatus.COMPENSATING:
+            record = yield from self.turn(record, "operator compensate")
+        return (yield from self.unwind(record, saga, fresh))
+
+    def resume(self, saga_id: str) -> Flow[SagaRecord]:
+        """Carry a stuck declarative saga forward now."""
+        record = yield from self.load(saga_id)
+        operations.refuse_resume(record)
+        saga = self.definitions._saga_for(record)
+        assert saga is not None
+        claim = self._claim(
+            saga_id, operations.by_operator("resume"), operations.resume_guard(record)
+        )
+        record = yield from self.guarded(claim, saga_id, operations.refuse_resume)
+        return (yield from self.forward(saga, record))
+
+    def cancel(self, saga_id: str) -> Flow[SagaRecord]:
+        """Ask a running saga to stop at its next step boundary and unwind.
+
+        The request is recorded first, whatever follows: a live owner honours it at
+        its next step boundary; a stuck saga is unwound here if this process knows its
+        definition, else by the recovery of a process that does.
+        """
+        record = yield from self.load(saga_id)
+        operations.refuse_cancel(record)
+        guard, event = operations.cancel_guard(), operations.by_operator("cancel")
+        request = StoreCall(lambda store: store.request_cancel(saga_id, event, guard))
+        yield from self.guarded(request, saga_id, operations.refuse_cancel)
+        saga = self.definitions._saga_if_known(record)
+        if saga is None and record.kind == "declarative":
+            return (yield from self.load(saga_id))  # recorded; one with the definition unwinds it
+        try:
+            record = yield self._claim(saga_id, operations.claimed("cancel"), guard)
+        except OperationRefusedError:  # busy, or its owner honoured the request meanwhile
+            return (yield from self.load(saga_id))
+        record = yield from self.turn(record, "cancel requested")
+        return (yield from self.unwind(record, saga))
+
+    def claim_guarded(
+        self, saga_id: str, event: Event, guard: ClaimGuard, refuse: Callable[[SagaRecord], object]
+    ) -> Flow[SagaRecord]:
+        """Claim the saga for an operator's verb, on the condition the verb was decided
+        under (``guard``, checked inside the claim). If the saga moved on since it was
+        read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
+        claimed: SagaRecord = yield from self.guarded(
+            self._claim(saga_id, event, guard), saga_id, refuse
+        )
+        return claimed
+
+    def guarded(
+        self, call: StoreCall, saga_id: str, refuse: Callable[[SagaRecord], object]
+    ) -> Flow[Any]:
+        """Make the guarded store ``call``; if its guard no longer held, the verb's own
+        refusal of the saga's new state says why, else ``SagaChangedError`` does."""
+        try:
+            return (yield call)
+        except SagaChangedError:
+            refuse((yield from self.load(saga_id)))
+            raise
+
+
+def _name(record: SagaRecord | None) -> str:
+    return record.name if record is not None else "?"

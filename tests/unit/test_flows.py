@@ -1,0 +1,228 @@
+"""The engine's flows driven by hand: replies fed in, the effects that come out asserted.
+
+No store, no thread, no event loop: this is what "sans-I/O" buys. Each test plays
+the driver, answering every effect itself, and checks the exact sequence of
+effects and the records they carry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from saga import RetryPolicy, Saga, SagaFailed, SagaStatus, StepStatus, engine, operations
+from saga.engine import effects
+from saga.engine.attempts import attempts
+from saga.engine.flows import Flows
+from saga.engine.forward import STOPPED
+from saga.ports import SagaRecord
+from saga.refs import Resolver
+
+Answer = Callable[[effects.Effect], Any]
+
+
+class HandDriver:
+    """Answers effects with ``answer``; runs branches one after the other, in the order
+    launched, and keeps every effect seen (branch effects included)."""
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.seen: list[effects.Effect] = []
+        self.finished: list[effects.Finished] = []
+        self.stop_requested = False
+
+    def run(self, flow: effects.Flow[Any]) -> Any:
+        reply: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                effect = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                return done.value
+            self.seen.append(effect)
+            reply, error = None, None
+            try:
+                reply = self._answer(effect)
+            except Exception as raised:  # noqa: BLE001 - thrown into the flow, as drivers do
+                error = raised
+
+    def _answer(self, effect: effects.Effect) -> Any:
+        if isinstance(effect, effects.Launch):
+            self.finished += [self.run(branch.flow) for branch in effect.branches]
+            return None
+        if isinstance(effect, effects.Wait):
+            finished, self.finished = self.finished, []
+            stop, self.stop_requested = self.stop_requested, False
+            return effects.Waited(finished, stop)
+        return self.answer(effect)
+
+    def kinds(self) -> list[str]:
+        """The effects seen, as ``Kind`` or ``Kind:detail``."""
+        return [_kind(effect) for effect in self.seen]
+
+
+def _kind(effect: effects.Effect) -> str:
+    name = type(effect).__name__
+    if isinstance(effect, effects.Fault):
+        return f"{name}:{effect.point}:{effect.step}"
+    if isinstance(effect, effects.Write):
+        status = effect.change.status.value if effect.change.status else "-"
+        return f"{name}:{status}:{'+'.join(s.step.name for s in effect.change.steps)}"
+    if isinstance(effect, effects.Call):
+        return f"{name}:{effect.context.step}"
+    return name
+
+
+def plain(effect: effects.Effect) -> Any:
+    """The answers of a store that never asks to stop and actions that return 1."""
+    if isinstance(effect, effects.Write):
+        return False
+    if isinstance(effect, effects.Call):
+        return effect.action(effect.context)
+    return None
+
+
+def two_step_saga(fail_second: bool = False) -> Saga:
+    saga = Saga(f"flows-{uuid.uuid4().hex[:8]}")
+
+    @saga.step
+    def reserve(ctx: Any) -> int:
+        return 1
+
+    @reserve.compensation
+    def release(ctx: Any) -> None:
+        return None
+
+    @saga.step(retry=RetryPolicy(max_attempts=1))
+    def charge(ctx: Any) -> int:
+        if fail_second:
+            raise ValueError("card declined")
+        return 2
+
+    saga.validate()
+    return saga
+
+
+def started(saga: Saga) -> tuple[SagaRecord, list[engine.RunStep]]:
+    record, change, first = operations.new_saga(saga, None, "null", "hand")
+    return engine.apply(record, change), first
+
+
+FLOWS = Flows(payload_limit=1 << 20, resolver=Resolver(()))
+
+
+def test_a_sequential_saga_commits_each_success_with_the_next_start() -> None:
+    saga = two_step_saga()
+    record, first = started(saga)
+    driver = HandDriver(plain)
+    done = driver.run(FLOWS.forward(saga, record, first))
+    assert done.status is SagaStatus.COMPLETED
+    assert driver.kinds() == [
+        "Launch",
+        "Call:reserve",
+        "Fault:after_action:reserve",
+        "Wait",
+        "Fault:before_start_commit:charge",
+        "Write:-:reserve+charge",  # reserve's success travels with charge's start
+        "Fault:after_start_commit:charge",
+        "Launch",
+        "Call:charge",
+        "Fault:after_action:charge",
+        "Wait",
+        "Fault:before_final_commit:None",
+        "Write:completed:charge",
+        "Fault:after_final_commit:None",
+    ]
+
+
+def test_a_failed_step_turns_the_saga_then_unwinds_newest_first() -> None:
+    saga = two_step_saga(fail_second=True)
+    record, first = started(saga)
+    driver = HandDriver(plain)
+    with pytest.raises(SagaFailed) as raised:
+        driver.run(FLOWS.forward(saga, record, first))
+    assert raised.value.status is SagaStatus.COMPENSATED
+    assert raised.value.failed_step == "charge"
+    kinds = driver.kinds()
+    turn = kinds.index("Write:compensating:charge")
+    assert kinds[turn - 1] == "CancelInFlight"  # in-flight siblings may be cancelled first
+    assert kinds[turn + 1 :] == [
+        "Fault:before_unwind:None",
+        "Fault:before_undo:reserve",
+        "Write:-:reserve",  # the compensation's start, durable before it runs
+        "Call:reserve",
+        "Fault:after_undo:reserve",
+        "Write:-:reserve",  # compensated
+        "Fault:after_undo_commit:reserve",
+        "Fault:before_final_commit:None",
+        "Write:compensated:",
+        "Fault:after_final_commit:None",
+    ]
+    turned = driver.seen[turn]
+    assert isinstance(turned, effects.Write)
+    assert turned.change.steps[0].step.status is StepStatus.FAILED
+
+
+def test_a_stop_asked_for_while_steps_run_cancels_them_and_unwinds() -> None:
+    saga = two_step_saga()
+    record, first = started(saga)
+    driver = HandDriver(plain)
+    driver.stop_requested = True  # the lease renewal saw a cancel request
+
+    def answer(effect: effects.Effect) -> Any:  # the store: which stop it was
+        if isinstance(effect, effects.Load):
+            return dataclasses.replace(record, cancel_requested=True)
+        return plain(effect)
+
+    driver.answer = answer
+    with pytest.raises(SagaFailed) as raised:
+        driver.run(FLOWS.forward(saga, record, first))
+    assert raised.value.status is SagaStatus.CANCELLED
+    cancel = next(e for e in driver.seen if isinstance(e, effects.CancelInFlight))
+    assert cancel.why == STOPPED
+    assert "Launch" not in driver.kinds()[1:]  # nothing new started after the stop
+
+
+def test_a_retry_is_made_durable_with_the_error_before_it_runs() -> None:
+    saga = two_step_saga()
+    record, _ = started(saga)
+    calls: list[int] = []
+
+    def flaky(context: Any) -> str:
+        calls.append(context.attempt)
+        if len(calls) == 1:
+            raise ConnectionError("reset by peer")
+        return "ok"
+
+    cursor = engine.Cursor(record)
+    policy = RetryPolicy(max_attempts=2, initial_delay=0.25, jitter=0)
+    driver = HandDriver(plain)
+    result = driver.run(attempts(cursor, "reserve", 1, policy, None, flaky))
+    assert result == "ok"
+    assert calls == [1, 2]
+    sleep, retry = driver.seen[1], driver.seen[2]
+    assert sleep == effects.Sleep(0.25)  # tenacity's decision, yielded, not slept
+    assert isinstance(retry, effects.Write)
+    failed, restarted = retry.change.events
+    assert (failed.kind, failed.attempt) == ("attempt_failed", 1)
+    assert failed.detail is not None
+    assert failed.detail["error"] == "ConnectionError: reset by peer"
+    assert (restarted.kind, restarted.attempt) == ("step_started", 2)
+
+
+def test_an_error_tenacity_does_not_retry_ends_the_attempts_at_once() -> None:
+    saga = two_step_saga()
+    record, _ = started(saga)
+
+    def broken(context: Any) -> None:
+        raise ValueError("no")
+
+    driver = HandDriver(plain)
+    flow = attempts(engine.Cursor(record), "reserve", 1, RetryPolicy(), None, broken)
+    with pytest.raises(ValueError, match="no"):
+        driver.run(flow)
+    assert driver.kinds() == ["Call:reserve"]  # no sleep, no write: nothing retried
