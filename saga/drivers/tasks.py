@@ -131,6 +131,9 @@ class _Tasks:
     def watch(self) -> Callable[[], None]:
         """What the heartbeat calls (on its thread) when it finds a stop asked for: the
         flow hears of it at its next ``Wait``, as ``Waited.stop_requested``."""
+        if self._stop_waiter is not None:  # an earlier saga of this run (recover): done with
+            self._stop_waiter.cancel()
+            self._stop_waiter = None
         stop = self._stop = asyncio.Event()
         loop = asyncio.get_running_loop()
 
