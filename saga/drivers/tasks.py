@@ -20,26 +20,7 @@ from typing import Any, TypeVar
 from saga import faults
 from saga.context import StepContext, entered
 from saga.drivers.threads import ThreadDriver
-from saga.engine.effects import (
-    Action,
-    Branch,
-    Call,
-    CancelInFlight,
-    Create,
-    Effect,
-    Fault,
-    Finished,
-    Flow,
-    Hold,
-    Launch,
-    Load,
-    Sleep,
-    StoreCall,
-    Transact,
-    Wait,
-    Waited,
-    Write,
-)
+from saga.engine import effects as fx
 from saga.engine.forward import cancelled, is_async
 from saga.errors import StepTimeoutError
 from saga.ports import AsyncSagaStore
@@ -54,23 +35,23 @@ class TaskDriver:
         self.store = store
         self.threads = threads  # for what only runs in a thread: transactional steps
         self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
-            Write: lambda effect, _: self.store.commit(effect.change),
-            Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
-            Fault: _fault,
-            Load: lambda effect, _: self.store.load(effect.saga_id),
-            Create: lambda effect, _: self.store.create(
+            fx.Write: lambda effect, _: self.store.commit(effect.change),
+            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
+            fx.Fault: _fault,
+            fx.Load: lambda effect, _: self.store.load(effect.saga_id),
+            fx.Create: lambda effect, _: self.store.create(
                 effect.record, effect.first, self.threads.lease_ttl
             ),
-            Hold: _hold,
-            StoreCall: lambda effect, _: asyncio.to_thread(effect.call, self.threads.store),
-            Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
-            Sleep: lambda effect, _: asyncio.sleep(effect.seconds),
-            Launch: _launch,
-            Wait: lambda _, tasks: tasks.wait(),
-            CancelInFlight: _cancel_in_flight,
+            fx.Hold: _hold,
+            fx.StoreCall: lambda effect, _: asyncio.to_thread(effect.call, self.threads.store),
+            fx.Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
+            fx.Sleep: lambda effect, _: asyncio.sleep(effect.seconds),
+            fx.Launch: _launch,
+            fx.Wait: lambda _, tasks: tasks.wait(),
+            fx.CancelInFlight: _cancel_in_flight,
         }
 
-    async def run(self, flow: Flow[T], shielded: bool = False) -> T:
+    async def run(self, flow: fx.Flow[T], shielded: bool = False) -> T:
         """Carry ``flow`` out. ``shielded``: the flow is a step's attempts, whose writes
         complete even when the caller is cancelled (see :meth:`drive`)."""
         tasks = _Tasks(self)
@@ -79,7 +60,7 @@ class TaskDriver:
         finally:
             await tasks.abandon()
 
-    async def drive(self, flow: Flow[T], tasks: _Tasks, branch: bool = False) -> T:
+    async def drive(self, flow: fx.Flow[T], tasks: _Tasks, branch: bool = False) -> T:
         """Answer ``flow``'s effects until it ends (see ``ThreadDriver.drive``). In a
         ``branch`` a write completes even when the task is cancelled meanwhile, and the
         flow takes its result: the branch's record must say what the store holds,
@@ -93,7 +74,7 @@ class TaskDriver:
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
                 try:
-                    if branch and type(effect) is Write:
+                    if branch and type(effect) is fx.Write:
                         reply = await self._shielded_write(effect, flow)
                     else:
                         reply = await self._answer(effect, tasks)
@@ -103,10 +84,10 @@ class TaskDriver:
         finally:
             flow.close()
 
-    def _answer(self, effect: Effect, tasks: _Tasks) -> Awaitable[Any]:
+    def _answer(self, effect: fx.Effect, tasks: _Tasks) -> Awaitable[Any]:
         return self._answers[type(effect)](effect, tasks)
 
-    async def _shielded_write(self, effect: Write, flow: Flow[Any]) -> bool | None:
+    async def _shielded_write(self, effect: fx.Write, flow: fx.Flow[Any]) -> bool | None:
         writing = asyncio.ensure_future(self.store.commit(effect.change))
         try:
             return await asyncio.shield(writing)
@@ -122,7 +103,7 @@ class _Tasks:
 
     def __init__(self, driver: TaskDriver) -> None:
         self.driver = driver
-        self.running: dict[asyncio.Task[Finished], Branch] = {}
+        self.running: dict[asyncio.Task[fx.Finished], fx.Branch] = {}
         self.cancelled_at: dict[str, float] = {}
         self.why_cancelled = "cancelled"
         self._stop: asyncio.Event | None = None
@@ -142,19 +123,19 @@ class _Tasks:
 
         return stop_requested
 
-    def launch(self, branches: tuple[Branch, ...]) -> None:
+    def launch(self, branches: tuple[fx.Branch, ...]) -> None:
         for branch in branches:
             task = asyncio.create_task(self._branch(branch), name=f"saga-step-{branch.name}")
             self.running[task] = branch
 
-    async def _branch(self, branch: Branch) -> Finished:
+    async def _branch(self, branch: fx.Branch) -> fx.Finished:
         try:
             return await self.driver.drive(branch.flow, self, branch=True)
         except asyncio.CancelledError:
             self.cancelled_at[branch.name] = time.monotonic()  # its place in the order
             raise
 
-    async def wait(self) -> Waited:
+    async def wait(self) -> fx.Waited:
         waiting: set[asyncio.Future[Any]] = set(self.running)
         if self._stop is not None:
             if self._stop_waiter is None:
@@ -167,15 +148,15 @@ class _Tasks:
             self._stop.clear()
             self._stop_waiter = None
         finished = [self._finished(task) for task in done if task in self.running]
-        return Waited(sorted(finished, key=_ended), stop_requested)
+        return fx.Waited(sorted(finished, key=_ended), stop_requested)
 
-    def _finished(self, task: asyncio.Future[Any]) -> Finished:
+    def _finished(self, task: asyncio.Future[Any]) -> fx.Finished:
         """How a finished task ended; a cancelled one counts as a failed attempt."""
         branch = self.running.pop(task)  # type: ignore[call-overload]
         if task.cancelled():
             at = self.cancelled_at.get(branch.name, time.monotonic())
             return cancelled(branch, self.why_cancelled, at)
-        result: Finished = task.result()  # a lost lease or a dead database propagates
+        result: fx.Finished = task.result()  # a lost lease or a dead database propagates
         return result
 
     def cancel_in_flight(self, why: str) -> None:
@@ -196,28 +177,28 @@ class _Tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _hold(effect: Hold, tasks: _Tasks) -> Any:
+async def _hold(effect: fx.Hold, tasks: _Tasks) -> Any:
     on_stop = tasks.watch() if effect.watch else None
     return tasks.driver.threads.hold(effect.record, on_stop)
 
 
-async def _fault(effect: Fault, _: _Tasks) -> None:
+async def _fault(effect: fx.Fault, _: _Tasks) -> None:
     faults.point(effect.point, effect.step)
 
 
-async def _launch(effect: Launch, tasks: _Tasks) -> None:
+async def _launch(effect: fx.Launch, tasks: _Tasks) -> None:
     tasks.launch(effect.branches)
 
 
-async def _cancel_in_flight(effect: CancelInFlight, tasks: _Tasks) -> None:
+async def _cancel_in_flight(effect: fx.CancelInFlight, tasks: _Tasks) -> None:
     tasks.cancel_in_flight(effect.why)
 
 
-def _ended(finished: Finished) -> float:
+def _ended(finished: fx.Finished) -> float:
     return finished.ended
 
 
-async def call(action: Action, context: StepContext, timeout: float | None = None) -> Any:
+async def call(action: fx.Action, context: StepContext, timeout: float | None = None) -> Any:
     """Run ``action`` as the current step: awaited if async, in a thread if not."""
     with entered(context):
         running = action(context) if is_async(action) else asyncio.to_thread(action, context)

@@ -22,26 +22,7 @@ from typing import Any, TypeVar
 
 from saga import faults
 from saga.context import StepContext, entered
-from saga.engine.effects import (
-    Action,
-    Branch,
-    Call,
-    CancelInFlight,
-    Create,
-    Effect,
-    Fault,
-    Finished,
-    Flow,
-    Hold,
-    Launch,
-    Load,
-    Sleep,
-    StoreCall,
-    Transact,
-    Wait,
-    Waited,
-    Write,
-)
+from saga.engine import effects as fx
 from saga.errors import StepTimeoutError
 from saga.lease import Heartbeat
 from saga.ports import SagaRecord, SagaStore
@@ -61,23 +42,23 @@ class ThreadDriver:
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
-            Write: lambda effect, _: self.store.commit(effect.change),
-            Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
-            Fault: lambda effect, _: faults.point(effect.point, effect.step),
-            Load: lambda effect, _: self.store.load(effect.saga_id),
-            Create: lambda effect, _: self.store.create(
+            fx.Write: lambda effect, _: self.store.commit(effect.change),
+            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
+            fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
+            fx.Load: lambda effect, _: self.store.load(effect.saga_id),
+            fx.Create: lambda effect, _: self.store.create(
                 effect.record, effect.first, self.lease_ttl
             ),
-            Hold: lambda effect, _: self.hold(effect.record),
-            StoreCall: lambda effect, _: effect.call(self.store),
-            Transact: lambda effect, _: self.transact(effect),
-            Sleep: lambda effect, _: time.sleep(effect.seconds),
-            Launch: lambda effect, branches: branches.launch(effect.branches),
-            Wait: lambda _, branches: branches.wait(),
-            CancelInFlight: lambda _, __: None,  # a thread cannot be stopped: waited for
+            fx.Hold: lambda effect, _: self.hold(effect.record),
+            fx.StoreCall: lambda effect, _: effect.call(self.store),
+            fx.Transact: lambda effect, _: self.transact(effect),
+            fx.Sleep: lambda effect, _: time.sleep(effect.seconds),
+            fx.Launch: lambda effect, branches: branches.launch(effect.branches),
+            fx.Wait: lambda _, branches: branches.wait(),
+            fx.CancelInFlight: lambda _, __: None,  # a thread cannot be stopped: waited for
         }
 
-    def run(self, flow: Flow[T]) -> T:
+    def run(self, flow: fx.Flow[T]) -> T:
         """Carry ``flow`` out and return what it returns (or raise what it raises)."""
         branches = _Branches(self)
         try:
@@ -85,7 +66,7 @@ class ThreadDriver:
         finally:
             branches.close()
 
-    def drive(self, flow: Flow[T], branches: _Branches) -> T:
+    def drive(self, flow: fx.Flow[T], branches: _Branches) -> T:
         """Answer ``flow``'s effects until it ends; an effect's error is thrown into the
         flow at its ``yield``, which decides what it means."""
         reply: Any = None
@@ -103,7 +84,7 @@ class ThreadDriver:
         finally:
             flow.close()
 
-    def _answer(self, effect: Effect, branches: _Branches) -> Any:
+    def _answer(self, effect: fx.Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
 
     def hold(
@@ -115,7 +96,7 @@ class ThreadDriver:
         holding.__enter__()
         return holding
 
-    def transact(self, effect: Transact) -> tuple[Any, bool | None]:
+    def transact(self, effect: fx.Transact) -> tuple[Any, bool | None]:
         """Run a transactional action with the store's session, its outcome committed in
         the same transaction; (its result, must the saga stop)."""
 
@@ -132,10 +113,10 @@ class _Branches:
     def __init__(self, driver: ThreadDriver) -> None:
         self._driver = driver
         self._pool: ThreadPoolExecutor | None = None
-        self._deferred: list[Branch] = []
-        self._futures: set[Future[Finished]] = set()
+        self._deferred: list[fx.Branch] = []
+        self._futures: set[Future[fx.Finished]] = set()
 
-    def launch(self, branches: tuple[Branch, ...]) -> None:
+    def launch(self, branches: tuple[fx.Branch, ...]) -> None:
         if not self._futures and not self._deferred and len(branches) == 1:
             self._deferred.append(branches[0])
             return
@@ -143,17 +124,17 @@ class _Branches:
             self._futures.add(self._submit(branch))
         self._deferred = []
 
-    def _submit(self, branch: Branch) -> Future[Finished]:
+    def _submit(self, branch: fx.Branch) -> Future[fx.Finished]:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(_MAX_BRANCH_THREADS, thread_name_prefix="saga-step")
         return self._pool.submit(self._driver.drive, branch.flow, self)
 
-    def wait(self) -> Waited:
+    def wait(self) -> fx.Waited:
         if self._deferred:  # nothing else in flight: run it here
-            return Waited([self._driver.drive(self._deferred.pop().flow, self)])
+            return fx.Waited([self._driver.drive(self._deferred.pop().flow, self)])
         done, self._futures = wait(self._futures, return_when=FIRST_COMPLETED)
         # result() re-raises what ended a branch early (a lost lease, a dead database).
-        return Waited(sorted((future.result() for future in done), key=_ended))
+        return fx.Waited(sorted((future.result() for future in done), key=_ended))
 
     def close(self) -> None:
         """Wait for the branches still in flight (a thread cannot be stopped)."""
@@ -163,11 +144,11 @@ class _Branches:
             self._pool.shutdown(wait=True)
 
 
-def _ended(finished: Finished) -> float:
+def _ended(finished: fx.Finished) -> float:
     return finished.ended
 
 
-def call(action: Action, context: StepContext, timeout: float | None = None) -> Any:
+def call(action: fx.Action, context: StepContext, timeout: float | None = None) -> Any:
     """Run ``action`` as the current step; give up waiting after ``timeout`` seconds."""
     if timeout is None:
         with entered(context):

@@ -39,6 +39,7 @@ from saga.engine.effects import (
 )
 from saga.engine.frontier import Frontier
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
+from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepWrite
 from saga.refs import Resolver
 from saga.status import SagaStatus, StepKind, StepStatus
@@ -230,7 +231,7 @@ class Forward:
 def branch(
     cursor: Cursor,
     run: RunStep,
-    policy: Any,
+    policy: RetryPolicy,
     timeout: float | None,
     action: Callable[..., Any],
     transactional: bool,
