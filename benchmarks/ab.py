@@ -4,7 +4,9 @@ OLD and NEW are folders a build of saga was installed into (``pip install
 --no-deps --target DIR CHECKOUT``). Each measurement runs in a child process
 importing one build; the builds take turns, workload by workload, so that they
 share the machine's changing load alike. Printed: each build's median sagas/s
-and the median of the per-turn ratios NEW/OLD (1.00: no change).
+(for ``wide``, one 10,000-step saga at concurrency 64: runs per second; for
+``async``, ``AsyncCoordinator`` with 256 sagas in flight at once) and the
+median of the per-turn ratios NEW/OLD (1.00: no change).
 """
 
 from __future__ import annotations
@@ -20,12 +22,39 @@ import uuid
 from benchmarks.common import DEFAULT_POSTGRES, W1, W2, W4, W5, dedicated_database
 
 _CHILD = """
-import json, sys
+import json, sys, time, uuid
 from benchmarks import saga_bench
 from benchmarks.common import WORKLOADS
-workload = next(w for w in WORKLOADS if w.key == sys.argv[1])
-result = saga_bench.run(sys.argv[2], workload, int(sys.argv[3]), sys.argv[4])
-print(json.dumps(result.sagas_per_s))
+from saga import Coordinator
+if sys.argv[1] == "wide":  # one 10,000-step saga: a root, 64 parallel chains, a join
+    saga = saga_bench.wide_definition(int(sys.argv[3]), 64)
+    with Coordinator(sys.argv[2]) as coord:
+        coord.register(saga)
+        began = time.perf_counter()
+        coord.run(saga, key=uuid.uuid4().hex)
+        print(json.dumps(1 / (time.perf_counter() - began)))
+elif sys.argv[1] == "async":  # AsyncCoordinator: n 3-step sagas by 256 tasks at once
+    import asyncio
+    from saga import AsyncCoordinator, Saga
+    async def noop(ctx):
+        return None
+    saga = Saga("ab-async-" + uuid.uuid4().hex[:6])
+    for number in (1, 2, 3):
+        saga.step(name=f"step{number}")(noop).compensation(noop)
+    async def main(n):
+        async with AsyncCoordinator(sys.argv[2]) as coord:
+            await coord.run(saga)  # warm up: schema, connections, statements
+            async def caller(count):
+                for _ in range(count):
+                    await coord.run(saga)
+            began = time.perf_counter()
+            await asyncio.gather(*(caller(n // 256) for _ in range(256)))
+            return 256 * (n // 256) / (time.perf_counter() - began)
+    print(json.dumps(asyncio.run(main(int(sys.argv[3])))))
+else:
+    workload = next(w for w in WORKLOADS if w.key == sys.argv[1])
+    result = saga_bench.run(sys.argv[2], workload, int(sys.argv[3]), sys.argv[4])
+    print(json.dumps(result.sagas_per_s))
 """
 
 
@@ -42,21 +71,24 @@ def main() -> None:
     parser.add_argument("new")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
+    parser.add_argument("--only", help="one workload: w1, w2, w4, w5, wide or async")
     args = parser.parse_args()
-    plan = [(W1, 600), (W2, 600), (W4, 300), (W5, 30)]
+    plan = [(W1.key, 600), (W2.key, 600), (W4.key, 300), (W5.key, 30), ("wide", 10_000)]
+    plan += [("async", 1024)]
+    plan = [(key, n) for key, n in plan if args.only in (None, key)]
     print(f"{'workload':<10} {'old/s':>9} {'new/s':>9} {'new/old':>8}")
     with dedicated_database(args.postgres, f"ab_{uuid.uuid4().hex[:6]}") as url:
-        for workload, n in plan:
+        for workload, n in plan:  # n: sagas (for "wide", its steps)
             old, new, ratios = [], [], []
             for turn in range(args.repeat):
                 order = [args.old, args.new] if turn % 2 == 0 else [args.new, args.old]
-                got = {build: measure(build, workload.key, url, n, "postgresql") for build in order}
+                got = {build: measure(build, workload, url, n, "postgresql") for build in order}
                 old.append(got[args.old])
                 new.append(got[args.new])
                 ratios.append(got[args.new] / got[args.old])
             print(
-                f"{workload.key:<10} {statistics.median(old):>9.1f} "
-                f"{statistics.median(new):>9.1f} {statistics.median(ratios):>8.3f}"
+                f"{workload:<10} {statistics.median(old):>9.2f} "
+                f"{statistics.median(new):>9.2f} {statistics.median(ratios):>8.3f}"
                 f"  [{min(ratios):.3f}-{max(ratios):.3f}]"
             )
 

@@ -106,20 +106,27 @@ class _Tasks:
         self.running: dict[asyncio.Task[fx.Finished], fx.Branch] = {}
         self.cancelled_at: dict[str, float] = {}
         self.why_cancelled = "cancelled"
-        self._stop: asyncio.Event | None = None
-        self._stop_waiter: asyncio.Task[bool] | None = None
+        self._watched: object | None = None  # the saga whose stop is listened for
+        self._stopped = False  # its stop was asked for, not yet told to the flow
+        self._wake: asyncio.Future[None] | None = None  # ends the Wait in progress
 
     def watch(self) -> Callable[[], None]:
         """What the heartbeat calls (on its thread) when it finds a stop asked for: the
-        flow hears of it at its next ``Wait``, as ``Waited.stop_requested``."""
-        if self._stop_waiter is not None:  # an earlier saga of this run (recover): done with
-            self._stop_waiter.cancel()
-            self._stop_waiter = None
-        stop = self._stop = asyncio.Event()
+        flow hears of it at its next ``Wait``, as ``Waited.stop_requested``. A run may
+        carry several sagas on, one after another (recover): only the latest is heard."""
+        watched = self._watched = object()
+        self._stopped = False
         loop = asyncio.get_running_loop()
 
+        def on_the_loop() -> None:
+            if self._watched is not watched:  # a later saga of the run watches now
+                return
+            self._stopped = True
+            if self._wake is not None and not self._wake.done():
+                self._wake.set_result(None)
+
         def stop_requested() -> None:
-            loop.call_soon_threadsafe(stop.set)
+            loop.call_soon_threadsafe(on_the_loop)
 
         return stop_requested
 
@@ -136,18 +143,15 @@ class _Tasks:
             raise
 
     async def wait(self) -> fx.Waited:
-        waiting: set[asyncio.Future[Any]] = set(self.running)
-        if self._stop is not None:
-            if self._stop_waiter is None:
-                self._stop_waiter = asyncio.ensure_future(self._stop.wait())
-            waiting.add(self._stop_waiter)
-        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        stop_requested = self._stop_waiter is not None and self._stop_waiter in done
-        if stop_requested:
-            assert self._stop is not None
-            self._stop.clear()
-            self._stop_waiter = None
-        finished = [self._finished(task) for task in done if task in self.running]
+        if not self._stopped:
+            waiting: set[asyncio.Future[Any]] = set(self.running)
+            if self._watched is not None:  # a plain future: no task, no extra loop turn
+                self._wake = asyncio.get_running_loop().create_future()
+                waiting.add(self._wake)
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            self._wake = None
+        stop_requested, self._stopped = self._stopped, False
+        finished = [self._finished(task) for task in list(self.running) if task.done()]
         return fx.Waited(sorted(finished, key=_ended), stop_requested)
 
     def _finished(self, task: asyncio.Future[Any]) -> fx.Finished:
@@ -168,8 +172,7 @@ class _Tasks:
     async def abandon(self) -> None:
         """Leaving early (a lost lease, a dead database, the caller cancelled): stop
         waiting for the steps in flight; recovery finishes the saga."""
-        if self._stop_waiter is not None:
-            self._stop_waiter.cancel()
+        self._watched = None
         tasks = list(self.running)
         for task in tasks:
             task.cancel()
