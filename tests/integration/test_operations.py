@@ -20,7 +20,12 @@ from saga import (
 from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.steps import Crash
-from tests.integration.support import assert_history_replays, kinds, wait_until_expired
+from tests.integration.support import (
+    assert_history_replays,
+    expire_lease,
+    kinds,
+    wait_until_expired,
+)
 
 LOG: list[tuple[str, Any]] = []
 
@@ -63,7 +68,9 @@ def _stuck_saga(name: str) -> Saga:
 
 
 def _stuck(make_coord: MakeCoordinator, saga: Saga) -> tuple[Coordinator, str]:
-    dead = make_coord(lease_ttl=0.3)
+    # A lease far longer than the test, expired on purpose where a test wants it expired:
+    # "still live" must not depend on the machine's speed.
+    dead = make_coord(lease_ttl=600)
     with pytest.raises(Crash):
         dead.run(saga)
     operator = make_coord(lease_ttl=0.3)
@@ -75,7 +82,7 @@ def test_compensate_unwinds_a_stuck_saga_now(make_coord: MakeCoordinator) -> Non
     operator, saga_id = _stuck(make_coord, _stuck_saga("ops-compensate"))
     with pytest.raises(SagaBusyError):  # its process may still be alive
         operator.compensate(saga_id)
-    wait_until_expired(operator, saga_id)
+    expire_lease(operator, saga_id)
     view = operator.compensate(saga_id)
     assert view.status is SagaStatus.COMPENSATED
     assert LOG == [("one", 1), ("two", 1), ("undo_two", None), ("undo_one", "1")]
@@ -87,7 +94,7 @@ def test_compensate_unwinds_a_stuck_saga_now(make_coord: MakeCoordinator) -> Non
 
 def test_resume_carries_a_stuck_saga_forward_now(make_coord: MakeCoordinator) -> None:
     operator, saga_id = _stuck(make_coord, _stuck_saga("ops-resume"))
-    wait_until_expired(operator, saga_id)
+    expire_lease(operator, saga_id)
     view = operator.resume(saga_id)
     assert view.status is SagaStatus.COMPLETED
     assert LOG == [("one", 1), ("two", 1), ("two", 2), ("three", 1)]
@@ -112,7 +119,7 @@ def test_resume_refuses_context_manager_sagas(make_coord: MakeCoordinator) -> No
 
 def test_cancel_of_a_stuck_saga_unwinds_it(make_coord: MakeCoordinator) -> None:
     operator, saga_id = _stuck(make_coord, _stuck_saga("ops-cancel-stuck"))
-    wait_until_expired(operator, saga_id)
+    expire_lease(operator, saga_id)
     view = operator.cancel(saga_id)
     assert view.status is SagaStatus.CANCELLED
     assert view.cancel_requested

@@ -21,6 +21,7 @@ from tests.integration.conftest import MakeCoordinator
 from tests.integration.steps import Crash
 from tests.integration.support import (
     assert_history_replays,
+    expire_lease,
     kinds,
     set_compensation_ref,
     wait_until_expired,
@@ -76,12 +77,13 @@ def test_recover_claims_expired_sagas_and_resumes_them_forward(
     make_coord: MakeCoordinator,
 ) -> None:
     saga = _crashing("recover-forward")
-    dead = make_coord(lease_ttl=0.3)
+    # A lease far longer than the test: "live" must not depend on the machine's speed.
+    dead = make_coord(lease_ttl=600)
     saga_id = _crash(dead, saga)
     recoverer = make_coord(lease_ttl=0.3)
     # While the lease is live, nothing is claimed.
     assert recoverer.recover().outcomes == []
-    wait_until_expired(recoverer, saga_id)
+    expire_lease(recoverer, saga_id)  # as if the dead process's lease had run out
     report = recoverer.recover()
     assert [(o.saga_id, o.status, o.error) for o in report.outcomes] == [
         (saga_id, SagaStatus.COMPLETED, None)
