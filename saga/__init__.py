@@ -31,6 +31,7 @@ from saga.errors import (
     UnknownSagaError,
     UnsafeReferenceError,
 )
+from saga.listening import Listener, SagaEvent
 from saga.policy import RetryPolicy
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.scope import SagaScope
@@ -49,6 +50,7 @@ __all__ = [
     "IllegalTransitionError",
     "LeaseLost",
     "LeaseLostError",
+    "Listener",
     "OperationRefusedError",
     "PayloadError",
     "RecordedError",
@@ -59,6 +61,7 @@ __all__ = [
     "SagaBusyError",
     "SagaChangedError",
     "SagaError",
+    "SagaEvent",
     "SagaFailed",
     "SagaScope",
     "SagaStatus",

@@ -14,6 +14,7 @@ from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.drivers.tasks import TaskDriver
+from saga.listening import Listener
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
@@ -39,6 +40,8 @@ class AsyncCoordinator:
         store: SagaStore | None = None,
         store_retry: RetryPolicy = STORE_RETRY,
         session_factory: Callable[..., Any] | None = None,
+        listeners: Iterable[Listener] = (),
+        log_events: bool = True,
     ) -> None:
         self.sync = Coordinator(
             url,
@@ -48,7 +51,10 @@ class AsyncCoordinator:
             store=store,
             store_retry=store_retry,
             session_factory=session_factory,
+            listeners=listeners,
+            log_events=log_events,
         )
+        self.listeners = self.sync.listeners
         self.store = async_store(self.sync.store)
         self.flows = self.sync.flows
         self.driver = TaskDriver(self.store, self.sync.driver)
@@ -81,6 +87,13 @@ class AsyncCoordinator:
     def register(self, *sagas: Saga) -> None:
         self.sync.register(*sagas)
 
+    def add_listener(
+        self, listener: Listener, *, inline: bool | None = None, queue_size: int | None = None
+    ) -> None:
+        """See ``Coordinator.add_listener``; a coroutine function is awaited on the
+        listener's own thread and event loop, never on the caller's."""
+        self.sync.add_listener(listener, inline=inline, queue_size=queue_size)
+
     # -- running ----------------------------------------------------------------------------
 
     async def run(
@@ -99,7 +112,7 @@ class AsyncCoordinator:
         )
         first_name = started[0].name if started else None
         faults.point("before_start_commit", first_name)
-        stored, created = await self.store.create(record, change, self.lease_ttl)
+        stored, created = await self.driver.create(record, change)
         if not created:
             return await self._rerun(definition, stored, payload.text)
         faults.point("after_start_commit", first_name)

@@ -69,6 +69,7 @@ class AsyncSagaScope(ScopeCore):
                 claim,
                 operations.continue_guard(),  # not one that failed since it was read
             )
+            self.driver.listeners.tell(self._record, [claim])
             if self._record.status is SagaStatus.COMPENSATING:  # a crash interrupted unwinding
                 raise await self._finish_unwinding(self._record)
             self._holding = self.driver.threads.hold(self._record)

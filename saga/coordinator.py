@@ -20,6 +20,8 @@ from saga.errors import (
     UnknownSagaError,
 )
 from saga.lease import Heartbeat, check_lease_ttl
+from saga.listening import Listener, Listeners
+from saga.logs import LogListener
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import (
     ClaimGuard,
@@ -54,7 +56,10 @@ class Coordinator:
     functions stored references may resolve to (what ``--app`` does).
     ``session_factory`` (the application's ``sessionmaker``) makes the
     ``ctx.session`` of transactional steps; it must point at the store's own
-    database (``ConfigurationError`` otherwise).
+    database (``ConfigurationError`` otherwise). ``listeners`` are told every
+    lifecycle event once it is recorded (see ``saga.listening``; also
+    ``add_listener``); with ``log_events`` (the default) one of them logs every
+    event on the ``saga.engine`` logger (see ``saga.logs``).
     """
 
     def __init__(
@@ -67,8 +72,13 @@ class Coordinator:
         store: SagaStore | None = None,
         store_retry: RetryPolicy = STORE_RETRY,
         session_factory: Callable[..., Any] | None = None,
+        listeners: Iterable[Listener] = (),
+        log_events: bool = True,
     ) -> None:
         lease_ttl = check_lease_ttl(lease_ttl)  # before anything is opened
+        self.listeners = Listeners([LogListener()] if log_events else [])
+        for listener in listeners:
+            self.listeners.add(listener)
         self.store: SagaStore = store if store is not None else open_store(url, store_retry)
         if session_factory is not None:
             use_session_factory(self.store, session_factory)
@@ -77,7 +87,7 @@ class Coordinator:
         self.resolver = Resolver(trusted_modules)
         self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.flows = Flows(payload_limit, self.resolver)
-        self.driver = ThreadDriver(self.store, lease_ttl, self.heartbeat)
+        self.driver = ThreadDriver(self.store, lease_ttl, self.heartbeat, self.listeners)
         self.verbs = Verbs(self.flows, self.owner, lease_ttl, self)
         self._sagas = versions.Registry()
 
@@ -91,9 +101,18 @@ class Coordinator:
         self.close()
 
     def close(self) -> None:
-        """Stop the heartbeat and release the database connections."""
+        """Stop the heartbeat, deliver what the listeners still have queued (for a few
+        seconds at most) and release the database connections."""
         self.heartbeat.stop()
+        self.listeners.close()
         self.store.close()
+
+    def add_listener(
+        self, listener: Listener, *, inline: bool | None = None, queue_size: int | None = None
+    ) -> None:
+        """Tell ``listener`` every lifecycle event from now on (see ``saga.listening``):
+        on a thread of its own, or with ``inline`` in the saga's thread."""
+        self.listeners.add(listener, inline=inline, queue_size=queue_size)
 
     def create_schema(self) -> None:
         """Create the tables now (they are also created on first use)."""
@@ -134,7 +153,7 @@ class Coordinator:
         )
         first_name = started[0].name if started else None
         faults.point("before_start_commit", first_name)
-        stored, created = self.store.create(record, change, self.lease_ttl)
+        stored, created = self.driver.create(record, change)
         if not created:
             return self._rerun(definition, stored, payload.text)
         faults.point("after_start_commit", first_name)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from saga.errors import ConfigurationError, StorageError
 from saga.ports import SagaStore
 
-_log = logging.getLogger("saga")
+_log = logging.getLogger("saga.engine")
 OnStop = Callable[[], None]
 
 MIN_LEASE_TTL = 0.1

@@ -61,6 +61,7 @@ class SagaScope(ScopeCore):
             self._record = store.claim(
                 existing.id, coordinator.owner, coordinator.lease_ttl, claim, guard
             )
+            self.driver.listeners.tell(self._record, [claim])
             if self._record.status is SagaStatus.COMPENSATING:
                 raise self._finish_unwinding(self._record)
             self._holding = self.driver.hold(self._record)

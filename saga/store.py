@@ -12,7 +12,7 @@ from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import AsyncSagaStore, JoinsSessions, NativeAsync, SagaStore
 
 DEFAULT_URL = "sqlite:///saga.db"
-_log = logging.getLogger("saga")
+_log = logging.getLogger("saga.store")
 
 
 def default_url() -> str:

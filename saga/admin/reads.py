@@ -6,7 +6,7 @@ none of them changes anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from saga.admin.inputs import definition_of, get_saga
 from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
@@ -15,6 +15,7 @@ from saga.errors import ConfigurationError
 from saga.ports import EventRecord
 from saga.status import SagaStatus, StepKind
 from saga.views import SagaView, StepView
+from saga.wording import describe_event as describe_event
 
 
 def list_sagas(
@@ -128,75 +129,6 @@ def timeline(events: Sequence[EventRecord]) -> tuple[TimelineEntry, ...]:
         started[(event.kind, event.step)] = event.at
         entries.append(TimelineEntry(event, event.at - first, duration, describe_event(event)))
     return tuple(entries)
-
-
-def _failed_text(event: EventRecord) -> str:
-    detail = event.detail or {}
-    marked = detail.get("marked_by")
-    if marked is None:
-        return f"step {event.step} failed: {detail.get('error') or detail.get('reason')}"
-    return f"step {event.step} recorded as not done by {marked}: {detail.get('reason')}"
-
-
-def describe_event(event: EventRecord) -> str:
-    """An event as one line of plain English."""
-    detail = event.detail or {}
-    step, attempt = event.step, event.attempt
-    error = detail.get("error")
-    texts: dict[str, Callable[[], str]] = {
-        "saga_started": lambda: "saga started",
-        "step_started": lambda: f"step {step} started (attempt {attempt})",
-        "attempt_failed": lambda: f"step {step} attempt {attempt} failed: {error}",
-        "step_succeeded": lambda: f"step {step} succeeded (attempt {attempt})",
-        "step_failed": lambda: _failed_text(event),
-        "step_in_doubt": lambda: (
-            f"step {step} given up, outcome unknown (it may have acted): {error}"
-        ),
-        "compensation_started": lambda: f"compensating step {step} (attempt {attempt})",
-        "compensation_attempt_failed": lambda: (
-            f"compensation of step {step} attempt {attempt} failed: {error}"
-        ),
-        "compensation_done": lambda: _compensated_text(event),
-        "compensation_failed": lambda: f"compensation of step {step} failed: {error}",
-        "lease_claimed": lambda: _claim_text(event),
-        "operator_action": lambda: _operator_text(event),
-        "recovery_refused": lambda: f"recovery by {detail.get('owner')} refused: {error}",
-    }
-    if event.kind in texts:
-        return texts[event.kind]()
-    if event.kind.startswith("saga_"):
-        reason = detail.get("reason")
-        return f"saga {event.kind[5:]}" + (f" ({reason})" if reason else "")
-    return f"{event.kind} {detail}" if detail else event.kind
-
-
-def _compensated_text(event: EventRecord) -> str:
-    detail = event.detail or {}
-    if detail.get("marked_by"):
-        return (
-            f"step {event.step} marked compensated by {detail['marked_by']}: {detail.get('reason')}"
-        )
-    if detail.get("reason"):
-        return f"step {event.step} compensated ({detail['reason']})"
-    return f"step {event.step} compensated"
-
-
-def _claim_text(event: EventRecord) -> str:
-    detail = event.detail or {}
-    why = f" to {detail['why']}" if detail.get("why") else ""
-    # An operator's claim (``saga recover``) names the person as well as the process.
-    who = f"by {detail['by']}@{detail.get('host', '?')}, " if detail.get("by") else ""
-    return f"lease claimed by {detail.get('owner', '?')}{why} ({who}epoch {event.epoch})"
-
-
-def _operator_text(event: EventRecord) -> str:
-    detail = dict(event.detail or {})
-    who = f"{detail.pop('by', '?')}@{detail.pop('host', '?')}"
-    action = detail.pop("action", "?")
-    owner = detail.pop("owner", None)
-    extra = "".join(f", {key} {value!r}" for key, value in sorted(detail.items()))
-    claimed = f"as {owner}, " if owner else ""
-    return f"operator {who}: {action}{extra} ({claimed}epoch {event.epoch})"
 
 
 # -- diff -------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import sys
 import threading
@@ -16,7 +17,7 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from saga import admin
+from saga import admin, logs
 from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import (
@@ -180,6 +181,18 @@ def worker_command(
             "after the last renewal.",
         ),
     ] = "30s",
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            help="Log through the saga loggers, every saga event included: text or json "
+            "(one object a line).",
+        ),
+    ] = None,
+    log_file: Annotated[
+        str | None,
+        typer.Option("--log-file", help="Write the log to this file, rotated at 10 MB (5 kept)."),
+    ] = None,
 ) -> None:
     """Recover stuck sagas in a loop until SIGTERM or SIGINT (several may run)."""
     session = session_of(ctx)
@@ -187,12 +200,29 @@ def worker_command(
         seconds = admin.parse_duration(interval, "--interval")
         ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
         session.lease_ttl = check_lease_ttl(ttl, "--lease-ttl")  # before the database is opened
+        log = _worker_log(session, log_format, log_file)
         coord = session.coordinator()
         stop = threading.Event()
-        with _stopping_on_signals(stop, lambda text: _log(session, text)):
-            admin.run_worker(
-                coord, stop, interval=seconds, batch=batch, log=lambda t: _log(session, t)
-            )
+        with _stopping_on_signals(stop, log):
+            admin.run_worker(coord, stop, interval=seconds, batch=batch, log=log)
+
+
+def _worker_log(
+    session: Session, log_format: str | None, log_file: str | None
+) -> Callable[[str], None]:
+    """How the worker tells what it does: plain lines on standard error, or, with
+    ``--log-format`` or ``--log-file``, records of the ``saga.worker`` logger beside
+    the engine's own (``saga.logs``)."""
+    if log_format is None and log_file is None:
+        return lambda text: _log(session, text)
+    if log_format not in (None, "text", "json"):
+        raise ConfigurationError(f"--log-format {log_format!r}: use text or json")
+    try:
+        logs.configure(log_format=log_format or "text", log_file=log_file)
+    except OSError as error:
+        raise ConfigurationError(f"--log-file {log_file}: {error.strerror}") from None
+    worker = logging.getLogger("saga.worker")
+    return lambda text: worker.info(scrub(text, session.url))
 
 
 def _log(session: Session, text: str) -> None:

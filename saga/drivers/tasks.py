@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 from saga import faults
 from saga.context import StepContext, entered
-from saga.drivers.threads import ThreadDriver
+from saga.drivers.threads import StepScope, ThreadDriver, no_scope
 from saga.engine import effects as fx
 from saga.engine.forward import cancelled, is_async
 from saga.errors import StepTimeoutError
-from saga.ports import AsyncSagaStore
+from saga.ports import AsyncSagaStore, Commit, SagaRecord
 
 T = TypeVar("T")
 
@@ -34,14 +34,15 @@ class TaskDriver:
     def __init__(self, store: AsyncSagaStore, threads: ThreadDriver) -> None:
         self.store = store
         self.threads = threads  # for what only runs in a thread: transactional steps
+        self.listeners = threads.listeners
+        scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
-            fx.Write: lambda effect, _: self.store.commit(effect.change),
-            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
+            fx.Write: lambda effect, _: self.write(effect),
+            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout, scope),
             fx.Fault: _fault,
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
-            fx.Create: lambda effect, _: self.store.create(
-                effect.record, effect.first, self.threads.lease_ttl
-            ),
+            fx.Create: lambda effect, _: self.create(effect.record, effect.first),
+            fx.Tell: _tell,
             fx.Hold: _hold,
             fx.StoreCall: lambda effect, _: asyncio.to_thread(effect.call, self.threads.store),
             fx.Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
@@ -87,8 +88,25 @@ class TaskDriver:
     def _answer(self, effect: fx.Effect, tasks: _Tasks) -> Awaitable[Any]:
         return self._answers[type(effect)](effect, tasks)
 
+    async def write(self, effect: fx.Write) -> bool:
+        """Commit ``effect``'s change; the listeners are told once it committed."""
+        try:
+            stop = await self.store.commit(effect.change)
+        except Exception as error:
+            self.listeners.refused(effect.record, effect.change, error)
+            raise
+        self.listeners.committed(effect.record, effect.change)
+        return stop
+
+    async def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
+        """Create the saga with its first commit (see ``ThreadDriver.create``)."""
+        stored, created = await self.store.create(record, first, self.threads.lease_ttl)
+        if created:
+            self.listeners.committed(record, first)
+        return stored, created
+
     async def _shielded_write(self, effect: fx.Write, flow: fx.Flow[Any]) -> bool | None:
-        writing = asyncio.ensure_future(self.store.commit(effect.change))
+        writing = asyncio.ensure_future(self.write(effect))
         try:
             return await asyncio.shield(writing)
         except asyncio.CancelledError:
@@ -185,6 +203,10 @@ async def _hold(effect: fx.Hold, tasks: _Tasks) -> Any:
     return tasks.driver.threads.hold(effect.record, on_stop)
 
 
+async def _tell(effect: fx.Tell, tasks: _Tasks) -> None:
+    tasks.driver.listeners.tell(effect.record, effect.events, durable=effect.durable)
+
+
 async def _fault(effect: fx.Fault, _: _Tasks) -> None:
     faults.point(effect.point, effect.step)
 
@@ -201,16 +223,22 @@ def _ended(finished: fx.Finished) -> float:
     return finished.ended
 
 
-async def call(action: fx.Action, context: StepContext, timeout: float | None = None) -> Any:
-    """Run ``action`` as the current step: awaited if async, in a thread if not."""
-    with entered(context):
+async def call(
+    action: fx.Action,
+    context: StepContext,
+    timeout: float | None = None,
+    scope: StepScope = no_scope,
+) -> Any:
+    """Run ``action`` as the current step, inside the listeners' ``scope`` of it: awaited
+    if async, in a thread if not."""
+    with entered(context), scope(context):
         running = action(context) if is_async(action) else asyncio.to_thread(action, context)
-        scope = asyncio.timeout(timeout)
+        limit = asyncio.timeout(timeout)
         try:
-            async with scope:
+            async with limit:
                 result = await running
         except TimeoutError:
-            if timeout is not None and scope.expired():
+            if timeout is not None and limit.expired():
                 raise StepTimeoutError(context.step, timeout) from None
             raise
         if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine

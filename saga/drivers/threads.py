@@ -25,7 +25,8 @@ from saga.context import StepContext, entered
 from saga.engine import effects as fx
 from saga.errors import StepTimeoutError
 from saga.lease import Heartbeat
-from saga.ports import SagaRecord, SagaStore
+from saga.listening import Listeners
+from saga.ports import Commit, SagaRecord, SagaStore
 
 T = TypeVar("T")
 
@@ -33,25 +34,41 @@ T = TypeVar("T")
 # once (a saga's max_concurrency), so this only caps a pool no saga can fill.
 _MAX_BRANCH_THREADS = 1024
 
+StepScope = Callable[[StepContext], contextlib.AbstractContextManager[Any]]
+"""What the listeners enter around a step's action or compensation."""
+
+
+def no_scope(_: StepContext) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
 
 class ThreadDriver:
     """Runs flows against a sync store for one coordinator."""
 
-    def __init__(self, store: SagaStore, lease_ttl: float, heartbeat: Heartbeat) -> None:
+    def __init__(
+        self,
+        store: SagaStore,
+        lease_ttl: float,
+        heartbeat: Heartbeat,
+        listeners: Listeners | None = None,
+    ) -> None:
         self.store = store
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
+        self.listeners = listeners if listeners is not None else Listeners()
+        scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
-            fx.Write: lambda effect, _: self.store.commit(effect.change),
-            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout),
+            fx.Write: lambda effect, _: self.write(effect),
+            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout, scope),
             fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
-            fx.Create: lambda effect, _: self.store.create(
-                effect.record, effect.first, self.lease_ttl
-            ),
+            fx.Create: lambda effect, _: self.create(effect.record, effect.first),
             fx.Hold: lambda effect, _: self.hold(effect.record),
             fx.StoreCall: lambda effect, _: effect.call(self.store),
             fx.Transact: lambda effect, _: self.transact(effect),
+            fx.Tell: lambda effect, _: self.listeners.tell(
+                effect.record, effect.events, durable=effect.durable
+            ),
             fx.Sleep: lambda effect, _: time.sleep(effect.seconds),
             fx.Launch: lambda effect, branches: branches.launch(effect.branches),
             fx.Wait: lambda _, branches: branches.wait(),
@@ -87,6 +104,24 @@ class ThreadDriver:
     def _answer(self, effect: fx.Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
 
+    def write(self, effect: fx.Write) -> bool:
+        """Commit ``effect``'s change; the listeners are told once it committed."""
+        try:
+            stop = self.store.commit(effect.change)
+        except Exception as error:
+            self.listeners.refused(effect.record, effect.change, error)
+            raise
+        self.listeners.committed(effect.record, effect.change)
+        return stop
+
+    def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
+        """Create the saga with its first commit (or find the one its key names); the
+        listeners are told when this call created it."""
+        stored, created = self.store.create(record, first, self.lease_ttl)
+        if created:
+            self.listeners.committed(record, first)
+        return stored, created
+
     def hold(
         self, record: SagaRecord, on_stop: Callable[[], None] | None = None
     ) -> contextlib.AbstractContextManager[None]:
@@ -101,9 +136,19 @@ class ThreadDriver:
         the same transaction; (its result, must the saga stop)."""
 
         def work(session: Any) -> Any:
-            return call(effect.action, dataclasses.replace(effect.context, session=session))
+            context = dataclasses.replace(effect.context, session=session)
+            return call(effect.action, context, scope=self.listeners.step_scope)
 
-        return self.store.transact(work, effect.outcome)
+        committed: list[Commit] = []
+
+        def outcome(result: Any) -> Commit:
+            committed.append(effect.outcome(result))
+            return committed[-1]
+
+        answer = self.store.transact(work, outcome)
+        if committed:
+            self.listeners.committed(effect.record, committed[-1])
+        return answer
 
 
 class _Branches:
@@ -148,16 +193,22 @@ def _ended(finished: fx.Finished) -> float:
     return finished.ended
 
 
-def call(action: fx.Action, context: StepContext, timeout: float | None = None) -> Any:
-    """Run ``action`` as the current step; give up waiting after ``timeout`` seconds."""
+def call(
+    action: fx.Action,
+    context: StepContext,
+    timeout: float | None = None,
+    scope: StepScope = no_scope,
+) -> Any:
+    """Run ``action`` as the current step, inside the listeners' ``scope`` of it; give up
+    waiting after ``timeout`` seconds."""
     if timeout is None:
-        with entered(context):
+        with entered(context), scope(context):
             return _awaited(action(context))
     outcome: dict[str, Any] = {}
     snapshot = contextvars.copy_context()
 
     def target() -> None:
-        with entered(context):
+        with entered(context), scope(context):
             try:
                 outcome["result"] = _awaited(action(context))
             except BaseException as error:  # noqa: BLE001 - handed to the waiting thread

@@ -19,7 +19,7 @@ from saga.codec import decode, encode
 from saga.context import StepContext
 from saga.engine import records
 from saga.engine.decisions import Cursor
-from saga.engine.effects import Action, Call, Fault, Flow, Sleep, Transact, write
+from saga.engine.effects import Action, Call, Fault, Flow, Sleep, Tell, Transact, write
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
 from saga.status import StepStatus
@@ -75,7 +75,9 @@ def attempts(
     retries = Retries(policy, attempt - 1)
     while True:
         took = time.monotonic() - began  # how long the attempt ran, apart from the wait after
-        yield Sleep(retries.after(failure))
+        delay = retries.after(failure)
+        yield retry_scheduled(cursor.record, name, number, failure, delay)
+        yield Sleep(delay)
         number += 1
         start = records.start(cursor.record, recorded(cursor.record, name), number)
         events = records.started_event(start, records.describe(failure), took)
@@ -89,6 +91,23 @@ def attempts(
             )
         except Exception as error:
             failure = error
+
+
+def retry_scheduled(
+    record: SagaRecord,
+    name: str,
+    attempt: int,
+    error: BaseException,
+    delay: float,
+    compensating: bool = False,
+) -> Tell:
+    """Tell the listeners that attempt ``attempt`` (of step ``name``'s compensation, if
+    ``compensating``) failed and another follows after ``delay`` seconds: a decision, not
+    a record (the failure is recorded with the next attempt's start)."""
+    detail: dict[str, object] = {"error": records.describe(error), "delay": round(delay, 6)}
+    if compensating:
+        detail["compensating"] = True
+    return Tell(record, (Event("retry_scheduled", name, attempt, detail),), durable=False)
 
 
 def _attempt(
@@ -124,7 +143,7 @@ def in_transaction(
         change.append(records.commit(cursor.record, [write], [event]))
         return change[-1]
 
-    result, stop = yield Transact(action, context, record_outcome)
+    result, stop = yield Transact(action, context, record_outcome, cursor.record)
     cursor.record = records.apply(cursor.record, change[-1], stop)
     return result
 

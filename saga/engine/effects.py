@@ -23,6 +23,9 @@ effect             the driver's answer
 ``Transact``       runs an action inside a store transaction that also
                    commits the change the effect's ``outcome`` builds;
                    answers (result, must stop)
+``Tell``           tells the coordinator's listeners of events (``Write``,
+                   ``Create`` and ``Transact`` tell theirs once committed);
+                   answers None
 ``Sleep``          waits that many seconds (a retry's backoff)
 ``Fault``          a named crash point (``saga.faults``); answers None
 ``Launch``         starts branch flows, to run concurrently; answers None
@@ -55,6 +58,7 @@ Action = Callable[[StepContext], Any]
 @dataclasses.dataclass(frozen=True, slots=True)
 class Write:
     change: Commit
+    record: SagaRecord | None = None  # the saga as it stood: who the listeners are told of
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -94,6 +98,17 @@ class Transact:
     action: Action
     context: StepContext
     outcome: Callable[[Any], Commit]
+    record: SagaRecord | None = None  # the saga as it stood: who the listeners are told of
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Tell:
+    """Events for the coordinator's listeners that no ``Write`` carried: a claim the
+    store recorded, or a decision this process made (``durable=False``)."""
+
+    record: SagaRecord
+    events: tuple[Event, ...]
+    durable: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -168,6 +183,7 @@ Effect = (
     | StoreCall
     | Call
     | Transact
+    | Tell
     | Sleep
     | Fault
     | Launch
@@ -190,5 +206,5 @@ def write(
 ) -> Flow[SagaRecord]:
     """Commit changes to ``record`` (fenced) and return the record as it now stands."""
     change = records.commit(record, writes, events, status, error)
-    stop = yield Write(change)
+    stop = yield Write(change, record)
     return records.apply(record, change, stop)

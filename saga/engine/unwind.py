@@ -14,7 +14,14 @@ from saga.codec import decode
 from saga.context import StepContext
 from saga.definition import Saga
 from saga.engine import records
-from saga.engine.attempts import Retries, in_transaction, undo_context, undone_outcome
+from saga.engine.attempts import (
+    Retries,
+    in_transaction,
+    recorded,
+    retry_scheduled,
+    undo_context,
+    undone_outcome,
+)
 from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack, unwound_status
 from saga.engine.effects import Action, Call, Fault, Flow, Load, Sleep, write
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
@@ -132,6 +139,8 @@ def _undo(
             except Exception:
                 text = records.describe(error)
                 return (yield from _exhausted(cursor.record, step.name, text, error))
+            attempt = recorded(cursor.record, step.name).undo_attempt
+            yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
             yield Sleep(delay)
     write_, event = records.undone(cursor.record, step.name)
     record = yield from write(cursor.record, [write_], [event])

@@ -10,13 +10,13 @@ it while its lease is kept alive. The store calls an operator makes go out as
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from saga import operations
 from saga.definition import Saga
 from saga.engine import records
 from saga.engine.decisions import RunStep, failed_step
-from saga.engine.effects import Flow, Hold, Load, StoreCall, write
+from saga.engine.effects import Flow, Hold, Load, StoreCall, Tell, write
 from saga.engine.flows import Flows
 from saga.errors import (
     LeaseLostError,
@@ -86,9 +86,14 @@ class Verbs:
             raise UnknownSagaError(f"no saga with id {saga_id!r}")
         return record
 
-    def _claim(self, saga_id: str, event: Event, guard: ClaimGuard | None) -> StoreCall:
+    def _claim(self, saga_id: str, event: Event, guard: ClaimGuard | None) -> Flow[SagaRecord]:
+        """Claim the saga (``guard`` checked inside the claim); the listeners are told."""
         owner, ttl = self.owner, self.lease_ttl
-        return StoreCall(lambda store: store.claim(saga_id, owner, ttl, event, guard))
+        record: SagaRecord = yield StoreCall(
+            lambda store: store.claim(saga_id, owner, ttl, event, guard)
+        )
+        yield Tell(record, (event,))
+        return record
 
     # -- a run that found its key taken ------------------------------------------------------
 
@@ -97,10 +102,9 @@ class Verbs:
         if operations.rerun(saga, existing, input_text):
             return existing
         try:
-            claim = self._claim(
+            record = yield from self._claim(
                 existing.id, operations.claimed("rerun"), operations.continue_guard()
             )
-            record: SagaRecord = yield claim
         except SagaBusyError:
             raise
         except OperationRefusedError:  # it finished (or failed) between our read and our claim
@@ -128,7 +132,7 @@ class Verbs:
                 yield from self.release(saga_id)
                 break
             seen.add(saga_id)
-            report.outcomes.append((yield from self.recover_one(saga_id, compensate)))
+            report.outcomes.append((yield from self.recover_one(saga_id, compensate, swept=True)))
         return report
 
     def recover_saga(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
@@ -140,12 +144,18 @@ class Verbs:
         yield from self.guarded(claim, saga_id, operations.refuse_recover)
         return (yield from self.recover_one(saga_id, compensate))
 
-    def recover_one(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
+    def recover_one(
+        self, saga_id: str, compensate: bool, swept: bool = False
+    ) -> Flow[RecoveryOutcome]:
+        """Finish a saga this process claimed (``swept``: by ``claim_expired``, whose
+        claim the listeners are told of once the saga is read)."""
         record: SagaRecord | None = None
         try:
             record = yield from self.load(saga_id)
             if record.owner != self.owner:  # claimed by another since our claim
                 return RecoveryOutcome.lost_to_another(saga_id, record.name)
+            if swept:
+                yield Tell(record, (Event("lease_claimed", detail={"owner": self.owner}),))
             done = yield from self.finish(record, compensate)
             return RecoveryOutcome(saga_id, record.name, done.status, None)
         except SagaFailed as failure:
@@ -239,13 +249,14 @@ class Verbs:
         record = yield from self.load(saga_id)
         operations.refuse_cancel(record)
         guard, event = operations.cancel_guard(), operations.by_operator("cancel")
-        request = StoreCall(lambda store: store.request_cancel(saga_id, event, guard))
-        yield from self.guarded(request, saga_id, operations.refuse_cancel)
+        yield from self.guarded(
+            self._request_cancel(record, event, guard), saga_id, operations.refuse_cancel
+        )
         saga = self.definitions._saga_if_known(record)
         if saga is None and record.kind == "declarative":
             return (yield from self.load(saga_id))  # recorded; one with the definition unwinds it
         try:
-            record = yield self._claim(saga_id, operations.claimed("cancel"), guard)
+            record = yield from self._claim(saga_id, operations.claimed("cancel"), guard)
         except OperationRefusedError:  # busy, or its owner honoured the request meanwhile
             return (yield from self.load(saga_id))
         record = yield from self.turn(record, "cancel requested")
@@ -257,18 +268,20 @@ class Verbs:
         """Claim the saga for an operator's verb, on the condition the verb was decided
         under (``guard``, checked inside the claim). If the saga moved on since it was
         read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
-        claimed: SagaRecord = yield from self.guarded(
-            self._claim(saga_id, event, guard), saga_id, refuse
-        )
-        return claimed
+        return (yield from self.guarded(self._claim(saga_id, event, guard), saga_id, refuse))
+
+    def _request_cancel(self, record: SagaRecord, event: Event, guard: ClaimGuard) -> Flow[None]:
+        saga_id = record.id
+        yield StoreCall(lambda store: store.request_cancel(saga_id, event, guard))
+        yield Tell(record, (event,))
 
     def guarded(
-        self, call: StoreCall, saga_id: str, refuse: Callable[[SagaRecord], object]
-    ) -> Flow[Any]:
-        """Make the guarded store ``call``; if its guard no longer held, the verb's own
+        self, call: Flow[T], saga_id: str, refuse: Callable[[SagaRecord], object]
+    ) -> Flow[T]:
+        """Run the guarded store ``call``; if its guard no longer held, the verb's own
         refusal of the saga's new state says why, else ``SagaChangedError`` does."""
         try:
-            return (yield call)
+            return (yield from call)
         except SagaChangedError:
             refuse((yield from self.load(saga_id)))
             raise

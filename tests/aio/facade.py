@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from saga import AsyncCoordinator, AsyncSagaScope, RecoveryReport, Saga, SagaStatus, SagaView
 from saga.engine.scope import StepCall
+from saga.listening import Listener, Listeners
 from saga.ports import EventRecord, SagaStore
 
 T = TypeVar("T")
@@ -112,6 +113,13 @@ class AsyncFacade:
     @property
     def lease_ttl(self) -> float:
         return self.aio.lease_ttl
+
+    @property
+    def listeners(self) -> Listeners:
+        return self.aio.listeners
+
+    def add_listener(self, listener: Listener, **options: Any) -> None:
+        self.aio.add_listener(listener, **options)
 
     def close(self) -> None:
         self._loop.run(self.aio.close())

@@ -27,6 +27,8 @@ UNREACHABLE = "postgresql+psycopg://postgres:s3cr3t@127.0.0.1:1/x"
         (["worker", "--lease-ttl", "soon"], "--lease-ttl 'soon' is not a duration"),
         (["worker", "--lease-ttl", "50ms"], "--lease-ttl 0.05s is out of range; pass a number"),
         (["worker", "--lease-ttl", "2d"], "--lease-ttl 172800s is out of range; pass a number"),
+        (["worker", "--log-format", "xml"], "--log-format 'xml': use text or json"),
+        (["worker", "--log-file", "/nonexistent/dir/saga.log"], "--log-file /nonexistent/dir"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(world: World, args: list[str], expected: str) -> None:

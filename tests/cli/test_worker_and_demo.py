@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -30,6 +31,28 @@ def test_worker_recovers_stuck_sagas_and_stops_on_sigterm(
     assert "SIGTERM: finishing the saga in hand, then stopping" in stderr
     assert "stopped after recovering 2 saga(s)" in stderr
     assert coord.list(stuck=True) == []
+
+
+def test_worker_logs_json_lines_to_a_file_with_every_saga_event(
+    world: World, coord: Coordinator, tmp_path: Path
+) -> None:
+    log = tmp_path / "worker.log"
+    command = [*saga_command(), "--db", world.url, "--app", APP, "worker", "--interval", "0.1s"]
+    command += ["--log-format", "json", "--log-file", str(log)]
+    with _started(command, tmp_path) as worker:
+        _wait_for(lambda: coord.get(world.stuck).status is SagaStatus.COMPLETED)
+        _wait_for(lambda: coord.get(world.stuck_imperative).status is SagaStatus.COMPENSATED)
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    told = {(line.get("saga_id"), line.get("event")) for line in lines}
+    assert (world.stuck, "lease_claimed") in told
+    assert (world.stuck, "saga_completed") in told
+    assert (world.stuck_imperative, "saga_compensated") in told
+    said = [line["message"] for line in lines if line["logger"] == "saga.worker"]
+    assert any("stopped after recovering 2 saga(s)" in text for text in said)
+    assert all(line["level"] in ("INFO", "WARNING", "ERROR") for line in lines)
 
 
 def test_worker_backs_off_while_the_database_is_down_and_stops_on_sigint(tmp_path: Path) -> None:

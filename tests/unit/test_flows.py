@@ -204,7 +204,13 @@ def test_a_retry_is_made_durable_with_the_error_before_it_runs() -> None:
     result = driver.run(attempts(cursor, "reserve", 1, policy, None, flaky))
     assert result == "ok"
     assert calls == [1, 2]
-    sleep, retry = driver.seen[1], driver.seen[2]
+    told, sleep, retry = driver.seen[1], driver.seen[2], driver.seen[3]
+    # The listeners hear of the retry before the wait: a decision, not a record.
+    assert isinstance(told, effects.Tell)
+    assert not told.durable
+    (scheduled,) = told.events
+    assert (scheduled.kind, scheduled.step, scheduled.attempt) == ("retry_scheduled", "reserve", 1)
+    assert scheduled.detail == {"error": "ConnectionError: reset by peer", "delay": 0.25}
     assert sleep == effects.Sleep(0.25)  # tenacity's decision, yielded, not slept
     assert isinstance(retry, effects.Write)
     failed, restarted = retry.change.events

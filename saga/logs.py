@@ -1,0 +1,194 @@
+"""Structured logs: every lifecycle event as a log record, a JSON formatter, and a
+filter that puts the running step's saga on every record logged inside it.
+
+Loggers: ``saga.engine`` (what sagas do), ``saga.worker`` (the recovery loop),
+``saga.store`` (the database), ``saga.listeners`` (a listener that raised),
+``saga.cli`` (the admin command). Like any library, saga adds no handler: the
+application's logging configuration decides what is shown, or
+:func:`configure` sets up a handler (what ``saga worker --log-format`` uses).
+
+Each lifecycle record carries ``saga_id``, ``saga_short_id`` (its first 8
+characters), ``saga_name``, ``saga_key``, ``step``, ``attempt``, ``epoch``,
+``event``, ``status``, ``duration`` and ``error_type`` as attributes (``extra``),
+and its message says the short id, name, step and attempt too, so that
+``grep <short id>`` over plain logs finds a saga's whole story. Payloads (inputs
+and results) are never logged; a database URL only with its password masked.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import logging.handlers
+import sys
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from saga.context import _current
+from saga.errors import ConfigurationError
+from saga.listening import SagaEvent
+from saga.wording import describe_event
+
+ENGINE = logging.getLogger("saga.engine")
+
+_LEVELS: Mapping[str, int] = {
+    # What an operator wants to see by default: outcomes, claims, operator actions, give-ups.
+    "saga_completed": logging.INFO,
+    "saga_compensated": logging.INFO,
+    "saga_failed": logging.ERROR,
+    "saga_cancelled": logging.INFO,
+    "saga_compensating": logging.INFO,
+    "lease_claimed": logging.INFO,
+    "operator_action": logging.INFO,
+    "step_failed": logging.INFO,
+    "step_in_doubt": logging.WARNING,
+    # A retry after an error, a lost lease, a refused recovery: worth a look.
+    "retry_scheduled": logging.WARNING,
+    "lease_lost": logging.WARNING,
+    "recovery_refused": logging.WARNING,
+    # A failed compensation leaves something not undone: an operator must act.
+    "compensation_failed": logging.ERROR,
+}
+"""Each event's level; every other event (each attempt, each compensation) is DEBUG."""
+
+SAGA_FIELDS = ("saga_id", "saga_short_id", "saga_name", "saga_key", "step", "attempt")
+"""The attributes every record about a saga carries (None when not known)."""
+
+
+def level_of(kind: str) -> int:
+    """The level an event of ``kind`` is logged at."""
+    return _LEVELS.get(kind, logging.DEBUG)
+
+
+class LogListener:
+    """Logs every lifecycle event on ``logger`` (default ``saga.engine``); installed on
+    every coordinator unless it is made with ``log_events=False``. Inline: a record is
+    cheap, and it keeps its place among the records a step logs itself."""
+
+    inline = True
+
+    def __init__(self, logger: logging.Logger = ENGINE) -> None:
+        self.logger = logger
+
+    def wants(self, kind: str) -> bool:
+        """Whether an event of ``kind`` would be logged: no event is made for one that
+        would not (what keeps this listener nearly free while logs are off)."""
+        return self.logger.isEnabledFor(level_of(kind))
+
+    def __call__(self, event: SagaEvent) -> None:
+        level = level_of(event.kind)
+        if not self.logger.isEnabledFor(level):
+            return
+        took = f" ({event.duration:.3f}s)" if event.duration is not None else ""
+        self.logger.log(
+            level,
+            "saga %s %s: %s%s",
+            event.short_id,
+            event.saga_name,
+            describe_event(event),
+            took,
+            extra=fields_of(event),
+        )
+
+    def __repr__(self) -> str:
+        return f"LogListener({self.logger.name!r})"
+
+
+def fields_of(event: SagaEvent) -> dict[str, Any]:
+    """The ``extra`` attributes of a lifecycle record."""
+    return {
+        "saga_id": event.saga_id,
+        "saga_short_id": event.short_id,
+        "saga_name": event.saga_name,
+        "saga_key": event.key,
+        "step": event.step,
+        "attempt": event.attempt,
+        "epoch": event.epoch,
+        "event": event.kind,
+        "status": event.status.value,
+        "duration": event.duration,
+        "error_type": event.error_type,
+    }
+
+
+class StepContextFilter(logging.Filter):
+    """Gives every record the saga fields: those of the step running in this thread or
+    task when it was logged (so an application's own records inside a step are joined
+    to its saga), else None. Add it to a handler: ``handler.addFilter(...)``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "saga_id", None) is not None:
+            return True  # a lifecycle record: it says which saga itself
+        context = _current.get()
+        values: dict[str, Any] = dict.fromkeys(SAGA_FIELDS)
+        if context is not None:
+            values.update(
+                saga_id=context.saga_id,
+                saga_short_id=context.saga_id[:8],
+                saga_name=context.saga_name,
+                step=context.step,
+                attempt=context.attempt,
+            )
+        for name, value in values.items():
+            if not hasattr(record, name) or getattr(record, name) is None:
+                setattr(record, name, value)
+        return True
+
+
+_STANDARD = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, every extra attribute (the saga fields among them) and, for an
+    exception, ``exception`` (its traceback as text)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        line: dict[str, Any] = {
+            "time": stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name, value in vars(record).items():
+            if name not in _STANDARD and not name.startswith("_"):
+                line[name] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure(
+    *,
+    log_format: str = "text",
+    log_file: str | None = None,
+    level: int = logging.INFO,
+    stream: TextIO | None = None,
+    max_bytes: int = 10 * 1024 * 1024,
+    backups: int = 5,
+) -> logging.Handler:
+    """Send the ``saga`` loggers' records to standard error (or ``stream``), or to
+    ``log_file`` rotated past ``max_bytes`` (keeping ``backups`` old files), as
+    ``"text"`` or ``"json"``; return the handler. For a host without a log collector,
+    and for ``saga worker``: an application usually configures logging itself."""
+    if log_format not in ("text", "json"):
+        raise ConfigurationError(f"log format {log_format!r}: use 'text' or 'json'")
+    handler: logging.Handler
+    if log_file is not None:
+        handler = logging.handlers.RotatingFileHandler(
+            log_file, maxBytes=max_bytes, backupCount=backups, encoding="utf-8"
+        )
+    else:
+        handler = logging.StreamHandler(stream or sys.stderr)
+    text = logging.Formatter(TEXT_FORMAT)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else text)
+    handler.addFilter(StepContextFilter())
+    logger = logging.getLogger("saga")
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    return handler
