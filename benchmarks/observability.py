@@ -42,7 +42,7 @@ def _saga() -> Saga:
     return saga
 
 
-def _noop(ctx: StepContext) -> None:
+def _noop(_: StepContext) -> None:
     return None
 
 

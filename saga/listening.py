@@ -21,12 +21,19 @@ A listener may have a ``wants(kind)`` method: an event it does not want is not
 made for it. It may also have a ``step_scope(context)`` method returning a context
 manager: it is entered around every step attempt and compensation, in the
 thread or task that runs it (a tracer makes the step's span current there).
+A tracer also has ``trace_context(saga_id, name, key)``, called as a saga is
+about to be created in the caller's thread: what it returns (the W3C headers of
+the run's span, as JSON) is stored with the saga, and every later event of it
+carries it, so that the process that recovers it continues the trace; and
+``discard(saga_id)``, called when that saga was not created after all (its key
+named an existing one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 import logging
 import queue
@@ -98,6 +105,7 @@ class SagaEvent(NamedTuple):
     error_message: str | None = None
     detail: dict[str, Any] | None = None
     durable: bool = True
+    trace_context: str | None = None
 
     @property
     def short_id(self) -> str:
@@ -123,6 +131,9 @@ class _Delivery:
         self.inline = inline
         self.step_scope: Callable[[StepContext], Any] | None = getattr(listener, "step_scope", None)
         self.wants: Callable[[str], bool] = getattr(listener, "wants", _always)
+        self.trace_context: Callable[[str, str, str | None], str | None] | None = getattr(
+            listener, "trace_context", None
+        )
         self.errors = 0
         self.dropped = 0
         self._queue: queue.Queue[SagaEvent | None] | None = None
@@ -212,6 +223,7 @@ class Listeners:
     def __init__(self, listeners: Iterable[Listener] = (), queue_size: int = DEFAULT_QUEUE_SIZE):
         self._deliveries: list[_Delivery] = []
         self._scopes: list[Callable[[StepContext], Any]] = []
+        self._tracers: list[Callable[[str, str, str | None], str | None]] = []
         self._queue_size = queue_size
         # saga id -> (step, 'step' | 'undo') or (None, 'saga') -> when this process saw it begin
         self._began: dict[str, dict[tuple[str | None, str], float]] = {}
@@ -236,6 +248,8 @@ class Listeners:
         self._deliveries.append(delivery)
         if delivery.step_scope is not None:
             self._scopes.append(delivery.step_scope)
+        if delivery.trace_context is not None:
+            self._tracers.append(delivery.trace_context)
 
     @property
     def errors(self) -> int:
@@ -248,6 +262,32 @@ class Listeners:
         return sum(d.dropped for d in self._deliveries)
 
     # -- what the drivers tell -------------------------------------------------------------
+
+    def starting(self, record: SagaRecord) -> SagaRecord:
+        """``record``, about to be created, with the trace context a tracing listener
+        started its run in (in the creating thread: the caller's context is the parent)."""
+        for trace_context in self._tracers:
+            try:
+                carried = trace_context(record.id, record.name, record.key)
+            except Exception:  # a listener never stops a saga
+                log.exception("trace_context of a listener raised")
+                continue
+            if carried is not None:
+                return dataclasses.replace(record, trace_context=carried)
+        return record
+
+    def not_created(self, record: SagaRecord) -> None:
+        """The saga ``record`` was not created (its key names another): a tracing
+        listener drops the run it began for it (``discard(saga_id)``)."""
+        if record.trace_context is None:
+            return
+        for delivery in self._deliveries:
+            discard = getattr(delivery.listener, "discard", None)
+            if discard is not None:
+                try:
+                    discard(record.id)
+                except Exception:  # a listener never stops a saga
+                    log.exception("discard of a listener raised")
 
     def committed(self, record: SagaRecord | None, change: Commit) -> None:
         """``change`` to ``record`` committed: tell its events."""
@@ -295,6 +335,7 @@ class Listeners:
                 error_message,
                 event.detail,
                 durable,
+                record.trace_context,
             )
             for delivery in targets:
                 delivery.tell(told)

@@ -74,6 +74,8 @@ class SagaRecord:
     fingerprint: str | None = None
     """The definition's fingerprint at the start (``version`` is its declared version);
     None for a context-manager saga."""
+    trace_context: str | None = None
+    """The W3C trace-context headers (JSON) of the span its run started in, if traced."""
     stop: bool = False
     """Not stored: the last commit's answer that the saga must stop at its next step."""
     names: dict[str, int] | None = dataclasses.field(

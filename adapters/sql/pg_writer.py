@@ -138,10 +138,10 @@ _FENCE = (
 
 _CREATE = (
     "fence AS (INSERT INTO saga_instances (id, name, key, kind, status, input, version, "
-    "fingerprint, owner, epoch, deadline, cancel_requested, created_at, updated_at, "
-    "lease_expires_at, commit_token) "
+    "fingerprint, trace_context, owner, epoch, deadline, cancel_requested, created_at, "
+    "updated_at, lease_expires_at, commit_token) "
     "VALUES (%(id)s, %(name)s, %(key)s, %(kind)s, %(status)s, %(input)s, %(version)s, "
-    "%(fingerprint)s, "
+    "%(fingerprint)s, %(trace_context)s, "
     f"%(owner)s, %(epoch)s::int, {_NOW} + %(deadline)s::float8, false, {_NOW}, {_NOW}, "
     f"{_NOW} + %(ttl)s::float8, %(token)s) ON CONFLICT DO NOTHING RETURNING false AS stop)"
 )
@@ -197,6 +197,7 @@ def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[str, 
         "input": saga.input,
         "version": saga.version,
         "fingerprint": saga.fingerprint,
+        "trace_context": saga.trace_context,
         "owner": saga.owner,
         "epoch": saga.epoch,
         "deadline": saga.deadline,

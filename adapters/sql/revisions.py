@@ -22,6 +22,7 @@ REVISIONS: tuple[tuple[str, str], ...] = (
     ("0001", "the first release's tables"),
     ("0002", "saga_steps.commit_token"),
     ("0003", "saga versions; lighter step and event indexes"),
+    ("0004", "saga_instances.trace_context"),
 )
 """Every revision this release knows, oldest first, with what it does."""
 
@@ -90,6 +91,12 @@ SHAPES: Mapping[str, Mapping[str, frozenset[str]]] = {
     },
     "0003": {
         "saga_instances": _INSTANCES_1 | {"fingerprint"},
+        "saga_steps": _STEPS_1 | {"commit_token"},
+        "saga_events": _EVENTS,
+        LEGACY_TABLE: _LEGACY,
+    },
+    "0004": {
+        "saga_instances": _INSTANCES_1 | {"fingerprint", "trace_context"},
         "saga_steps": _STEPS_1 | {"commit_token"},
         "saga_events": _EVENTS,
         LEGACY_TABLE: _LEGACY,

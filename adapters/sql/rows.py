@@ -28,6 +28,7 @@ def instance_values(saga: SagaRecord) -> dict[str, Any]:
         "input": saga.input,
         "version": saga.version,
         "fingerprint": saga.fingerprint,
+        "trace_context": saga.trace_context,
         "owner": saga.owner,
         "epoch": saga.epoch,
         "deadline": saga.deadline,
@@ -98,6 +99,7 @@ def saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaReco
         error=row.error,
         deadline=row.deadline,
         cancel_requested=bool(row.cancel_requested),
+        trace_context=row.trace_context,
         steps=step_records,
     )
 

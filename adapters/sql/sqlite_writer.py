@@ -33,9 +33,10 @@ T = TypeVar("T")
 
 _CREATE = (
     "INSERT INTO saga_instances (id, name, key, kind, status, input, version, fingerprint, "
-    "owner, epoch, deadline, cancel_requested, created_at, updated_at, lease_expires_at, "
-    "commit_token) "
-    "VALUES (:id, :name, :key, :kind, :status, :input, :version, :fingerprint, :owner, :epoch, "
+    "trace_context, owner, epoch, deadline, cancel_requested, created_at, updated_at, "
+    "lease_expires_at, commit_token) "
+    "VALUES (:id, :name, :key, :kind, :status, :input, :version, :fingerprint, "
+    ":trace_context, :owner, :epoch, "
     "(julianday('now') - 2440587.5) * 86400.0 + :deadline, :cancel_requested, "
     "(julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0, "
     "(julianday('now') - 2440587.5) * 86400.0 + :ttl, :token) "

@@ -55,6 +55,7 @@ class SagaInstanceRow(SQLModel, table=True):
     cancel_requested: bool = False
     commit_token: str | None = None
     fingerprint: str | None = None
+    trace_context: str | None = None
 
 
 class SagaStepRow(SQLModel, table=True):

@@ -100,9 +100,12 @@ class TaskDriver:
 
     async def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (see ``ThreadDriver.create``)."""
+        record = self.listeners.starting(record)
         stored, created = await self.store.create(record, first, self.threads.lease_ttl)
         if created:
             self.listeners.committed(record, first)
+        else:
+            self.listeners.not_created(record)
         return stored, created
 
     async def _shielded_write(self, effect: fx.Write, flow: fx.Flow[Any]) -> bool | None:

@@ -117,9 +117,12 @@ class ThreadDriver:
     def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (or find the one its key names); the
         listeners are told when this call created it."""
+        record = self.listeners.starting(record)
         stored, created = self.store.create(record, first, self.lease_ttl)
         if created:
             self.listeners.committed(record, first)
+        else:
+            self.listeners.not_created(record)
         return stored, created
 
     def hold(
