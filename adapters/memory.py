@@ -255,6 +255,11 @@ class InMemorySagaStore:
         with self._lock:
             return dict(collections.Counter(row.saga.status for row in self._rows.values()))
 
+    def stuck_count(self) -> int:
+        now = self.now()
+        with self._lock:
+            return sum(1 for row in self._rows.values() if _stuck(row.saga, now))
+
     def events(self, saga_id: str) -> builtins.list[EventRecord]:  # list: the method
         with self._lock:
             return [e for e in self._events if e.saga_id == saga_id]

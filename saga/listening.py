@@ -251,6 +251,10 @@ class Listeners:
         if delivery.trace_context is not None:
             self._tracers.append(delivery.trace_context)
 
+    def holds(self, listener: Listener) -> bool:
+        """Whether ``listener`` is one of these."""
+        return any(delivery.listener is listener for delivery in self._deliveries)
+
     @property
     def errors(self) -> int:
         """How many times a listener raised."""
@@ -347,8 +351,13 @@ class Listeners:
             began.setdefault((None, "saga"), now)
         elif kind in _STARTS:
             began[(event.step, _STARTS[kind])] = now
-        elif kind in _STARTED_BY:
-            since = began.pop((event.step, _STARTED_BY[kind]), None)
+        elif kind in _STARTED_BY or kind == "retry_scheduled":
+            # A retry is told when its attempt failed: that attempt's time ends there
+            # (its ``attempt_failed``, recorded with the next start, then has none).
+            part = _STARTED_BY.get(kind) or (
+                "undo" if (event.detail or {}).get("compensating") else "step"
+            )
+            since = began.pop((event.step, part), None)
             return None if since is None else now - since
         elif kind in _SAGA_ENDS or kind == "lease_lost":
             since = self._began.pop(saga_id, {}).get((None, "saga"))

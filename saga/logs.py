@@ -80,7 +80,7 @@ class LogListener:
         level = level_of(event.kind)
         if not self.logger.isEnabledFor(level):
             return
-        took = f" ({event.duration:.3f}s)" if event.duration is not None else ""
+        took = f" (took {event.duration:.3f}s)" if event.duration is not None else ""
         self.logger.log(
             level,
             "saga %s %s: %s%s",

@@ -291,6 +291,11 @@ class SagaStore(Protocol):
         """How many sagas there are in each status (statuses with none left out)."""
         ...
 
+    def stuck_count(self) -> int:
+        """How many unfinished sagas no process holds a live lease on (by the database
+        clock): what recovery would claim now."""
+        ...
+
     def events(self, saga_id: str) -> builtins.list[EventRecord]: ...  # list: the method
 
     def now(self) -> float:

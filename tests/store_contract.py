@@ -495,6 +495,7 @@ class StoreContract:
         assert store.list(ListQuery(stuck=True)) == []
         stuck = create(store, ttl=EXPIRED)
         assert [s.id for s in store.list(ListQuery(stuck=True))] == [stuck.id]
+        assert store.stuck_count() == 1  # the same sagas, counted
 
     def test_status_counts_count_every_status_present(self, store: SagaStore) -> None:
         assert store.status_counts() == {}

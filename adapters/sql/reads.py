@@ -77,6 +77,13 @@ def status_counts(connection: Connection) -> dict[SagaStatus, int]:
     return {SagaStatus(status): int(n) for status, n in connection.execute(statement)}
 
 
+def stuck_count(connection: Connection, dialect: Dialect) -> int:
+    """How many active sagas have a lease that ran out (an index range on the lease)."""
+    i = t.instances.c
+    statement = select(func.count()).where(i.status.in_(ACTIVE), i.lease_expires_at < dialect.now())
+    return int(connection.execute(statement).scalar_one())
+
+
 def events(connection: Connection, saga_id: str) -> list[EventRecord]:
     """The saga's history, oldest first."""
     e = t.events.c

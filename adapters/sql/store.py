@@ -194,5 +194,8 @@ class SqlSagaStore(SqlTransactions):
     def status_counts(self) -> dict[SagaStatus, int]:
         return self.read(reads.status_counts)
 
+    def stuck_count(self) -> int:
+        return self.read(lambda c: reads.stuck_count(c, self.dialect))
+
     def events(self, saga_id: str) -> builtins.list[EventRecord]:
         return self.transaction(lambda c: reads.events(c, saga_id))

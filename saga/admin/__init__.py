@@ -94,7 +94,7 @@ from saga.admin.schema import (
     upgrade_sql,
 )
 from saga.admin.versions import VersionCheck, VersionInUse, check_versions
-from saga.admin.worker import WorkerStats, run_worker
+from saga.admin.worker import WorkerStats, run_worker, serve_worker_metrics
 
 __all__ = [
     "CLI_STORE_RETRY",
@@ -146,6 +146,7 @@ __all__ = [
     "saga_history",
     "saga_summary",
     "schema_status",
+    "serve_worker_metrics",
     "show_saga",
     "show_with_history",
     "status_counts",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import threading
 from collections.abc import Callable
 
@@ -114,3 +115,27 @@ def _recovery_pass(
         # claimable again at once: wait for the next pass rather than spin on it.
         break
     return handled
+
+
+def serve_worker_metrics(
+    coord: Coordinator, stop: threading.Event, port: int, host: str = "127.0.0.1"
+) -> http.server.ThreadingHTTPServer:
+    """Count what ``coord`` does (``saga.metrics``) and serve it on ``host:port``;
+    ``/healthz`` answers 200 while the worker has not stopped and the store answers."""
+    try:
+        from saga import metrics
+    except ImportError:
+        raise ConfigurationError(
+            "--metrics-port needs prometheus_client: pip install 'saga[metrics]'"
+        ) from None
+    watcher = metrics.MetricsListener()
+    watcher.watch(coord)
+
+    def healthy() -> bool:
+        coord.store.now()  # raises while the database does not answer
+        return not stop.is_set()
+
+    try:
+        return metrics.serve(watcher.registry, port, host, healthy)
+    except OSError as error:
+        raise ConfigurationError(f"--metrics-port {port}: {error.strerror}") from None

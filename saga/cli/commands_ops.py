@@ -193,6 +193,17 @@ def worker_command(
         str | None,
         typer.Option("--log-file", help="Write the log to this file, rotated at 10 MB (5 kept)."),
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            help="Serve Prometheus /metrics and /healthz on this port (needs saga[metrics]).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option("--metrics-host", help="The address to serve the metrics on."),
+    ] = "127.0.0.1",
 ) -> None:
     """Recover stuck sagas in a loop until SIGTERM or SIGINT (several may run)."""
     session = session_of(ctx)
@@ -203,8 +214,33 @@ def worker_command(
         log = _worker_log(session, log_format, log_file)
         coord = session.coordinator()
         stop = threading.Event()
-        with _stopping_on_signals(stop, log):
+        with (
+            _serving_metrics(coord, stop, metrics_port, metrics_host, log),
+            _stopping_on_signals(stop, log),
+        ):
             admin.run_worker(coord, stop, interval=seconds, batch=batch, log=log)
+
+
+@contextlib.contextmanager
+def _serving_metrics(
+    coord: Coordinator,
+    stop: threading.Event,
+    port: int | None,
+    host: str,
+    log: Callable[[str], None],
+) -> Iterator[None]:
+    """With ``--metrics-port``, serve the worker's metrics while it runs; /healthz is
+    ready while the worker loop runs and the store answers."""
+    if port is None:
+        yield
+        return
+    server = admin.serve_worker_metrics(coord, stop, port, host)
+    log(f"metrics on http://{host}:{server.server_port}/metrics")
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def _worker_log(

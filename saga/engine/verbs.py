@@ -154,8 +154,9 @@ class Verbs:
             record = yield from self.load(saga_id)
             if record.owner != self.owner:  # claimed by another since our claim
                 return RecoveryOutcome.lost_to_another(saga_id, record.name)
-            if swept:
-                yield Tell(record, (Event("lease_claimed", detail={"owner": self.owner}),))
+            if swept:  # told with when its last owner last wrote: about when it died
+                detail = {"owner": self.owner, "last_written_at": record.updated_at}
+                yield Tell(record, (Event("lease_claimed", detail=detail),))
             done = yield from self.finish(record, compensate)
             return RecoveryOutcome(saga_id, record.name, done.status, None)
         except SagaFailed as failure:

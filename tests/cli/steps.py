@@ -3,14 +3,16 @@
 ``cli-order`` is reserve -> charge -> pack -> ship (the pivot). The input
 steers it: ``fail_at`` makes a step fail, ``crash_at`` stops the process's
 work inside a step's first attempt the way a crash would (nothing records
-the outcome), and ``refund_blocked`` names a file whose existence makes the
-refund fail, so that a test can turn the failure off from outside the
-process that runs the compensation.
+the outcome), ``kill_at`` kills the process there (SIGKILL), ``fail_attempts``
+(step -> attempt numbers) makes those attempts fail, and ``refund_blocked``
+names a file whose existence makes the refund fail, so that a test can turn
+the failure off from outside the process that runs the compensation.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 from saga import RetryPolicy, Saga, StepContext
@@ -26,6 +28,10 @@ class SimulatedCrash(BaseException):
 def _steer(ctx: StepContext) -> None:
     if ctx.data.get("crash_at") == ctx.step and ctx.attempt == 1:
         raise SimulatedCrash(ctx.step)
+    if ctx.data.get("kill_at") == ctx.step and ctx.attempt == 1:
+        os.kill(os.getpid(), signal.SIGKILL)  # a real crash: nothing runs after this
+    if ctx.attempt in ctx.data.get("fail_attempts", {}).get(ctx.step, ()):
+        raise ConnectionError(f"{ctx.step} attempt {ctx.attempt} timed out")
     if ctx.data.get("fail_at") == ctx.step:
         raise ValueError(f"{ctx.step} refused the order")
 

@@ -270,7 +270,14 @@ def test_recovery_tells_its_claim(make_coord: MakeCoordinator) -> None:
         ("step_succeeded", "only", 2),
         ("saga_completed", None, None),
     ]
-    assert told.events[0].detail == {"owner": recoverer.owner}
+    claim = told.events[0]
+    assert claim.detail is not None
+    assert claim.detail["owner"] == recoverer.owner
+    # When its dead owner last wrote (its last commit, not a lease renewal): ~ its death.
+    history = recoverer.history(saga_id)
+    claimed_at = next(n for n, e in enumerate(history) if e.kind == "lease_claimed")
+    last = history[claimed_at - 1].at
+    assert claim.detail["last_written_at"] == pytest.approx(last, abs=0.01)
     assert told.events[-1].duration is not None  # from the claim, in this process
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,9 +102,10 @@ def test_every_event_is_a_record_at_its_level_naming_the_saga(
     assert level["step_failed"] == "INFO"
     assert level["saga_compensated"] == "INFO"
     retry = next(r for r in engine if r.event == "retry_scheduled")  # type: ignore[attr-defined]
-    assert retry.getMessage() == (
+    assert re.fullmatch(
         f"saga {short} log-levels: step charge attempt 1 failed: "
-        "ConnectionError: card network reset; retrying in 0.01s"
+        r"ConnectionError: card network reset; retrying in 0\.01s \(took \d+\.\d{3}s\)",
+        retry.getMessage(),
     )
     assert (retry.step, retry.attempt, retry.error_type) == ("charge", 1, "ConnectionError")  # type: ignore[attr-defined]
     # The application's own records inside the step carry the saga too.
