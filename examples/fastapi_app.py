@@ -19,6 +19,11 @@ a thread that calls ``coord.recover()`` every few seconds, so sagas left
 behind by a crashed or redeployed server (its lease expired) are finished
 by the next one that runs. Several servers may run it at once: a saga is
 claimed by one of them only.
+
+Watching it takes three lines: a ``TracingListener`` makes a span per saga and
+per step under the request's span (with ``opentelemetry-instrumentation-fastapi``
+and an SDK configured; without, the API's tracer does nothing), and a
+``MetricsListener`` counts what sagas do, served at ``GET /metrics``.
 """
 
 from __future__ import annotations
@@ -36,13 +41,16 @@ from typing import Annotated, Any
 try:
     import httpx
     import uvicorn
-    from fastapi import FastAPI, Header, HTTPException, Request
+    from fastapi import FastAPI, Header, HTTPException, Request, Response
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from pydantic import BaseModel
 except ImportError as missing:  # pragma: no cover - explained to whoever runs it
     hint = f"{missing}: install the examples' extras: pip install 'saga[examples]'"
     raise SystemExit(hint) from missing
 
 from saga import Coordinator, RecoveryReport, Saga, SagaFailed, StepContext, UnknownSagaError
+from saga.metrics import MetricsListener
+from saga.otel import TracingListener
 
 # -- the saga ---------------------------------------------------------------------------------
 
@@ -106,7 +114,10 @@ class OrderIn(BaseModel):
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> Any:
-    coord = Coordinator(app.state.db_url if hasattr(app.state, "db_url") else None)
+    url = app.state.db_url if hasattr(app.state, "db_url") else None
+    coord = Coordinator(url, listeners=[TracingListener()])  # the global TracerProvider
+    app.state.metrics = MetricsListener()
+    app.state.metrics.watch(coord)  # counts, durations, and gauges read from the database
     coord.register(order)
     worker = RecoveryWorker(coord)
     worker.start()
@@ -151,6 +162,12 @@ def show_saga(saga_id: str, request: Request) -> dict[str, Any]:
         raise HTTPException(status_code=404, detail=str(error)) from error
     steps = [{"name": s.name, "status": s.status.value, "attempt": s.attempt} for s in view.steps]
     return {"id": view.id, "status": view.status.value, "key": view.key, "steps": steps}
+
+
+@app.get("/metrics")
+def metrics(request: Request) -> Response:
+    body = generate_latest(request.app.state.metrics.registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
 
 
 # -- running it -------------------------------------------------------------------------------
@@ -198,6 +215,9 @@ def demo(db_url: str | None) -> bool:
         print(f"GET /sagas/<id>:             {shown.status_code} {shown.json()}")
         missing = client.post("/orders", json={"item": "lamp", "card": "tok_visa"})
         print(f"no Idempotency-Key:          {missing.status_code}")
+        scraped = client.get("/metrics").text
+        ended = [line for line in scraped.splitlines() if line.startswith("saga_sagas_ended_total")]
+        print(f"GET /metrics:                {ended}")
     return (
         first.status_code == 201
         and again.json()["saga_id"] == first.json()["saga_id"]
@@ -206,6 +226,7 @@ def demo(db_url: str | None) -> bool:
         and declined.json()["detail"]["error"] == "card declined"
         and declined_again.json() == declined.json()
         and missing.status_code == 422
+        and 'saga_sagas_ended_total{outcome="compensated",saga="web-order"} 1.0' in ended
     )
 
 
