@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_saga, defined_versions
 from saga.errors import ConfigurationError, UnknownSagaError
+from saga.listening import Listener
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.status import SagaStatus, parse_status
 from saga.versions import missing
@@ -53,9 +54,27 @@ def open_coordinator(
     lease_ttl: float = 30.0,
     store_retry: RetryPolicy = CLI_STORE_RETRY,
 ) -> Coordinator:
-    """A coordinator for operator work: ``apps`` imported and trusted, a short store retry."""
+    """A coordinator for operator work: ``apps`` imported and trusted, a short store retry;
+    traced when OpenTelemetry is installed (see :func:`operator_listeners`)."""
     import_apps(apps)
-    return Coordinator(url, lease_ttl=lease_ttl, trusted_modules=apps, store_retry=store_retry)
+    return Coordinator(
+        url,
+        lease_ttl=lease_ttl,
+        trusted_modules=apps,
+        store_retry=store_retry,
+        listeners=operator_listeners(),
+    )
+
+
+def operator_listeners() -> list[Listener]:
+    """A ``TracingListener`` on the global provider when ``saga[otel]`` is installed, so
+    that an operator's ``saga recover`` joins the saga's trace wherever the process's
+    tracing is configured (``opentelemetry-instrument saga ...``); a no-op tracer else."""
+    try:
+        from saga.otel import TracingListener
+    except ImportError:
+        return []
+    return [TracingListener()]
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from saga import RetryPolicy, Saga, SagaFailed, SagaStatus, StepContext
+from saga import Coordinator, RetryPolicy, Saga, SagaFailed, SagaStatus, StepContext
 from saga.otel import TracingListener
 from tests.children import spawn
 from tests.integration import tracing_child
@@ -113,7 +113,7 @@ def test_a_trace_goes_on_in_the_process_that_recovers_after_a_sigkill(
     before = [json.loads(line) for line in spans_file.read_text().splitlines()]
     provider, exporter = exported
     recoverer = make_coord(listeners=[TracingListener(provider)])
-    recoverer.register(tracing_child.definition())
+    recoverer.register(tracing_child.CRASHING)
     (stuck,) = recoverer.list(stuck=False, limit=10)
     stored = recoverer.store.load(stuck.id)
     assert stored is not None
@@ -133,3 +133,25 @@ def test_a_trace_goes_on_in_the_process_that_recovers_after_a_sigkill(
     ship = next(s for s in after if s["name"] == "step ship")
     assert (ship["trace_id"], ship["parent_id"]) == (trace_id, recovery["span_id"])
     assert ship["attributes"]["saga.attempt"] == 2
+
+
+def test_an_operators_saga_recover_joins_the_trace(db_url: str, tmp_path: Path) -> None:
+    spans_file, cli_spans = tmp_path / "spans.jsonl", tmp_path / "cli.jsonl"
+    child = spawn("tests.integration.tracing_child", [db_url, str(spans_file)])
+    assert child.wait(120) == -signal.SIGKILL
+    with Coordinator(db_url) as reader:
+        (stuck,) = reader.list(limit=10)
+        stored = reader.store.load(stuck.id)
+        assert stored is not None
+        assert stored.trace_context is not None
+        _, trace_id, run_span_id, _ = json.loads(stored.trace_context)["traceparent"].split("-")
+        expire_lease(reader, stuck.id)
+    app = ["--db", db_url, "--app", "tests.integration.tracing_child"]
+    operator = spawn("tests.cli.traced_cli", [str(cli_spans), *app, "recover", stuck.id])
+    assert operator.wait(120) == 0
+    spans = [json.loads(line) for line in cli_spans.read_text().splitlines()]
+    recovery = next(s for s in spans if s["name"] == f"saga recover {tracing_child.NAME}")
+    assert (recovery["trace_id"], recovery["parent_id"]) == (trace_id, run_span_id)
+    assert recovery["attributes"]["saga.claimed_for"] == "operator recover"
+    ship = next(s for s in spans if s["name"] == "step ship")
+    assert ship["parent_id"] == recovery["span_id"]

@@ -69,12 +69,15 @@ def definition() -> Saga:
     return saga
 
 
+CRASHING = definition()  # module level: ``--app tests.integration.tracing_child`` finds it
+
+
 def main(url: str, spans: str) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(FileExporter(spans)))
     coord = Coordinator(url, lease_ttl=600, listeners=[TracingListener(provider)])
     with provider.get_tracer("shop").start_as_current_span("POST /orders"):
-        coord.run(definition(), key="order-9")
+        coord.run(CRASHING, key="order-9")
 
 
 if __name__ == "__main__":
