@@ -28,9 +28,12 @@ from typing import Any, TextIO
 from saga.context import _current
 from saga.errors import ConfigurationError
 from saga.listening import SagaEvent
-from saga.wording import describe_event
+from saga.wording import describe_event, printable
 
 ENGINE = logging.getLogger("saga.engine")
+# A library's loggers stay silent until the application configures logging: without a
+# handler of their own, Python's last-resort handler would print WARNING and above.
+logging.getLogger("saga").addHandler(logging.NullHandler())
 
 _LEVELS: Mapping[str, int] = {
     # What an operator wants to see by default: outcomes, claims, operator actions, give-ups.
@@ -85,8 +88,8 @@ class LogListener:
             level,
             "saga %s %s: %s%s",
             event.short_id,
-            event.saga_name,
-            describe_event(event),
+            printable(event.saga_name),  # stored text, maybe a client's: never raw controls
+            printable(describe_event(event)),
             took,
             extra=fields_of(event),
         )

@@ -23,8 +23,18 @@ from saga.errors import (
     PayloadError,
     StorageUnavailableError,
 )
+from saga.transient import is_transient
 
 _NEVER_RETRIED: tuple[type[BaseException], ...] = (LeaseLostError, PayloadError)
+
+RetryOn = (
+    type[BaseException]
+    | tuple[type[BaseException], ...]
+    | Callable[[BaseException], bool]
+    | tenacity.retry_base
+)
+"""Which errors are retried: classes (an instance of one is), a predicate taking the
+error, or one of tenacity's ``retry_if_*`` objects."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -34,8 +44,10 @@ class RetryPolicy:
     ``max_attempts`` counts the first try; ``None`` retries until success
     (the default for retriable steps). The delay before attempt n+1 is
     ``min(max_delay, initial_delay * multiplier ** (n - 1))``, spread by
-    ``jitter`` (a fraction: 0.2 means +/-20 %). Only exceptions that are
-    instances of ``retry_on`` are retried.
+    ``jitter`` (a fraction: 0.2 means +/-20 %). ``retry_on`` says which errors
+    are retried: exception classes, a predicate ``error -> bool``, or a tenacity
+    ``retry_if_*`` object; by default :func:`saga.transient.is_transient` (a lost,
+    refused or timed-out connection, whichever driver raised it).
     """
 
     max_attempts: int | None = 3
@@ -43,7 +55,7 @@ class RetryPolicy:
     max_delay: float = 5.0
     multiplier: float = 2.0
     jitter: float = 0.1
-    retry_on: tuple[type[BaseException], ...] = (ConnectionError, TimeoutError)
+    retry_on: RetryOn = is_transient
     max_elapsed: float | None = None
 
     def __post_init__(self) -> None:
@@ -60,7 +72,17 @@ class RetryPolicy:
 
     def retries(self, error: BaseException) -> bool:
         """Whether ``error`` is worth another attempt under this policy."""
-        return isinstance(error, self.retry_on) and not isinstance(error, _NEVER_RETRIED)
+        if isinstance(error, _NEVER_RETRIED):
+            return False
+        rule = self.retry_on
+        if isinstance(rule, type | tuple):
+            return isinstance(error, rule)
+        if isinstance(rule, tenacity.retry_base):
+            # A tenacity rule reads the outcome of a call: this error, as one.
+            state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
+            state.set_exception((type(error), error, error.__traceback__))
+            return bool(rule(state))
+        return bool(rule(error))
 
     def retrying(
         self, attempts_used: int = 0, sleep: Callable[[float], None] = time.sleep
@@ -103,7 +125,7 @@ class _Backoff(wait_base):
 
 
 DEFAULT_STEP_RETRY = RetryPolicy()
-"""Steps: three attempts, retried only on ``ConnectionError`` and ``TimeoutError``."""
+"""Steps: three attempts, retried only on transient errors (``saga.transient``)."""
 
 DEFAULT_RETRIABLE_RETRY = RetryPolicy(max_attempts=None, max_delay=30.0, retry_on=(Exception,))
 """Retriable steps (after a pivot): retried on any error until they succeed."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -97,3 +98,34 @@ def _operator_text(event: Described) -> str:
     extra = "".join(f", {key} {value!r}" for key, value in sorted(detail.items()))
     claimed = f"as {owner}, " if owner else ""
     return f"operator {who}: {action}{extra} ({claimed}epoch {event.epoch})"
+
+
+# Characters that must never reach a terminal as they are: controls (C0, DEL, C1: newlines
+# that forge rows, ESC sequences), format characters (bidi overrides, zero-width ones),
+# line and paragraph separators, and lone surrogates (which cannot even be encoded).
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def printable(text: str) -> str:
+    """``text`` made safe to print: every control or invisible formatting character
+    is written as an escape, the way Python writes it in a string (``\\n``,
+    ``\\x1b``, ``\\u202e``).
+
+    Names, keys, errors and event details are stored text, often from a client
+    of the application: printed as they are, a newline would forge a table row,
+    an escape sequence would drive the operator's terminal and a bidi override
+    would reorder what they read. Letters, symbols and emoji are left alone;
+    ``--json`` carries the exact text.
+    """
+    if text.isprintable():  # the common case; isprintable() is False for every unsafe category
+        return text
+    return "".join(_escaped(char) if unsafe(char) else char for char in text)
+
+
+def unsafe(char: str) -> bool:
+    """Whether ``char`` must not reach a terminal as it is (see ``printable``)."""
+    return unicodedata.category(char) in _UNSAFE_CATEGORIES
+
+
+def _escaped(char: str) -> str:
+    return char.encode("unicode_escape").decode("ascii")

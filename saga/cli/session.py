@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import traceback
-import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -28,6 +27,8 @@ from saga.errors import (
     UnknownSagaError,
 )
 from saga.store import default_url
+from saga.wording import printable as printable  # re-exported: the CLI's name for it
+from saga.wording import unsafe
 
 OK, FAILED, BAD_INPUT = 0, 1, 2
 
@@ -90,36 +91,6 @@ def _console(*, stderr: bool) -> Console:
     return Console(stderr=stderr, highlight=False, soft_wrap=True, emoji=False)
 
 
-# Characters that must never reach a terminal as they are: controls (C0, DEL, C1: newlines
-# that forge rows, ESC sequences), format characters (bidi overrides, zero-width ones),
-# line and paragraph separators, and lone surrogates (which cannot even be encoded).
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def printable(text: str) -> str:
-    """``text`` made safe to print: every control or invisible formatting character
-    is written as an escape, the way Python writes it in a string (``\\n``,
-    ``\\x1b``, ``\\u202e``).
-
-    Names, keys, errors and event details are stored text, often from a client
-    of the application: printed as they are, a newline would forge a table row,
-    an escape sequence would drive the operator's terminal and a bidi override
-    would reorder what they read. Letters, symbols and emoji are left alone;
-    ``--json`` carries the exact text.
-    """
-    if text.isprintable():  # the common case; isprintable() is False for every unsafe category
-        return text
-    return "".join(_escaped(char) if _unsafe(char) else char for char in text)
-
-
-def _unsafe(char: str) -> bool:
-    return unicodedata.category(char) in _UNSAFE_CATEGORIES
-
-
-def _escaped(char: str) -> str:
-    return char.encode("unicode_escape").decode("ascii")
-
-
 def _safe(cell: str | Text) -> Text:
     """A cell as rich text that is never markup and holds nothing unsafe (see ``printable``).
 
@@ -140,7 +111,7 @@ def json_text(payload: Any) -> str:
     text = json.dumps(payload, indent=2, ensure_ascii=False)
     # Outside strings JSON holds only ASCII punctuation, digits, spaces and the newlines
     # of the indentation; C0 controls in strings are already escaped by json.dumps.
-    return "".join(_json_escaped(c) if c != "\n" and _unsafe(c) else c for c in text)
+    return "".join(_json_escaped(c) if c != "\n" and unsafe(c) else c for c in text)
 
 
 def _json_escaped(char: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -195,3 +197,38 @@ def test_the_database_password_is_never_logged(pg_url: str, kept: Kept) -> None:
     logged = [r.getMessage() for r in kept.records] + [str(r.args) for r in kept.records]
     assert any("saga store" in text for text in logged)  # the URL was logged, masked
     assert not [text for text in logged if secret in text]
+
+
+def test_stored_text_reaches_a_log_line_escaped(make_coord: MakeCoordinator, kept: Kept) -> None:
+    hostile = "evil\x1b[2J\nforged line\u202e"
+    saga = Saga(hostile)
+
+    @saga.step()
+    def grab(ctx: StepContext) -> None:
+        raise ValueError("no\x1b]0;title\x07")
+
+    with pytest.raises(SagaFailed):
+        make_coord().run(saga)
+    lines = [r.getMessage() for r in kept.records if r.name == "saga.engine"]
+    assert lines
+    assert not [line for line in lines if "\x1b" in line or "\n" in line or "\u202e" in line]
+    assert any("evil\\x1b[2J\\nforged line\\u202e" in line for line in lines)
+    assert {r.saga_name for r in kept.records if r.name == "saga.engine"} == {hostile}  # type: ignore[attr-defined]
+
+
+def test_without_logging_configured_saga_prints_nothing(tmp_path: Path) -> None:
+    script = (
+        "from saga import Coordinator, Saga\n"
+        "s = Saga('quiet')\n"
+        "@s.step()\n"
+        "def boom(ctx):\n"
+        "    raise ValueError('no')\n"
+        "try:\n"
+        f"    Coordinator('sqlite:///{tmp_path}/q.db').run(s)\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False
+    )
+    assert (done.stdout, done.stderr) == ("SagaFailed\n", "")  # no last-resort log lines
