@@ -13,6 +13,7 @@ from saga.definition import Saga, Step
 from saga.errors import (
     ConfigurationError,
     CorruptRecordError,
+    DatabaseNotFoundError,
     DefinitionError,
     IllegalTransitionError,
     LeaseLost,
@@ -46,6 +47,7 @@ __all__ = [
     "ConfigurationError",
     "Coordinator",
     "CorruptRecordError",
+    "DatabaseNotFoundError",
     "DefinitionError",
     "IllegalTransitionError",
     "LeaseLost",

@@ -42,6 +42,7 @@ class AsyncCoordinator:
         session_factory: Callable[..., Any] | None = None,
         listeners: Iterable[Listener] = (),
         log_events: bool = True,
+        create_tables: bool = True,
     ) -> None:
         self.sync = Coordinator(
             url,
@@ -53,6 +54,7 @@ class AsyncCoordinator:
             session_factory=session_factory,
             listeners=listeners,
             log_events=log_events,
+            create_tables=create_tables,
         )
         self.listeners = self.sync.listeners
         self.store = async_store(self.sync.store)

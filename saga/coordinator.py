@@ -59,7 +59,9 @@ class Coordinator:
     database (``ConfigurationError`` otherwise). ``listeners`` are told every
     lifecycle event once it is recorded (see ``saga.listening``; also
     ``add_listener``); with ``log_events`` (the default) one of them logs every
-    event on the ``saga.engine`` logger (see ``saga.logs``).
+    event on the ``saga.engine`` logger (see ``saga.logs``). With
+    ``create_tables=False`` a missing SQLite file or a database without saga's
+    tables is refused (``DatabaseNotFoundError``) instead of created on first use.
     """
 
     def __init__(
@@ -74,12 +76,15 @@ class Coordinator:
         session_factory: Callable[..., Any] | None = None,
         listeners: Iterable[Listener] = (),
         log_events: bool = True,
+        create_tables: bool = True,
     ) -> None:
         lease_ttl = check_lease_ttl(lease_ttl)  # before anything is opened
         self.listeners = Listeners([LogListener()] if log_events else [])
         for listener in listeners:
             self.listeners.add(listener)
-        self.store: SagaStore = store if store is not None else open_store(url, store_retry)
+        self.store: SagaStore = (
+            store if store is not None else open_store(url, store_retry, create_tables)
+        )
         if session_factory is not None:
             use_session_factory(self.store, session_factory)
         self.lease_ttl = lease_ttl

@@ -226,7 +226,7 @@ def run(url: str | None, console: Console, scenarios: Sequence[str] = ()) -> boo
     url = url or default_url()
     workdir = tempfile.mkdtemp(prefix="saga-demo-")
     try:
-        with admin.open_coordinator(url, lease_ttl=5.0) as coord:
+        with admin.open_coordinator(url, lease_ttl=5.0, create_tables=True) as coord:
             coord.register(ORDER)
             demo = Demo(coord, Ledger(os.path.join(workdir, "shop.json")), url, console)
             demo.say(f"saga demo on {coord.store.url}", "bold")

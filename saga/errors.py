@@ -194,6 +194,12 @@ class ConfigurationError(SagaError, ValueError):
     """A bad database URL, an unknown scheme, or an invalid setting."""
 
 
+class DatabaseNotFoundError(ConfigurationError):
+    """The database is not there, or holds none of saga's tables, and the caller asked
+    not to create them (``Coordinator(create_tables=False)``, the admin command's reads):
+    most often the wrong ``--db`` or the wrong working directory."""
+
+
 class IllegalTransitionError(SagaError):
     """A status change the state machine forbids. Always a bug."""
 

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from saga.errors import ConfigurationError
+from saga.errors import ConfigurationError, DatabaseNotFoundError
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import AsyncSagaStore, JoinsSessions, NativeAsync, SagaStore
 
@@ -28,15 +28,23 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def open_store(url: str | None = None, retry: RetryPolicy = STORE_RETRY) -> SagaStore:
-    """The store for ``url`` (default: :func:`default_url`)."""
+def open_store(
+    url: str | None = None, retry: RetryPolicy = STORE_RETRY, create_tables: bool = True
+) -> SagaStore:
+    """The store for ``url`` (default: :func:`default_url`). Without ``create_tables``
+    a missing SQLite file, or a database without saga's tables, is refused
+    (``DatabaseNotFoundError``) instead of created."""
     url = normalise_url(url or default_url())
     scheme = url.split(":", 1)[0]
     if scheme in ("sqlite", "postgresql+psycopg"):
         from saga.adapters.sql import masked, open_sql_store
 
+        if not create_tables:
+            _refuse_missing_file(url)
         _log.debug("saga store: %s", masked(url))
-        return open_sql_store(url, retry)
+        store = open_sql_store(url, retry)
+        store.creates_schema = create_tables
+        return store
     if scheme == "memory":
         from saga.adapters.memory import InMemorySagaStore
 
@@ -56,6 +64,18 @@ def async_store(store: SagaStore) -> AsyncSagaStore:
     from saga.adapters.threaded_async import ThreadedAsyncStore
 
     return ThreadedAsyncStore(store)
+
+
+def _refuse_missing_file(url: str) -> None:
+    """A SQLite file that is not there: connecting would create it, empty."""
+    from sqlalchemy.engine import make_url
+
+    path = make_url(url).database
+    if url.startswith("sqlite") and path and path != ":memory:" and not os.path.exists(path):
+        raise DatabaseNotFoundError(
+            f"no such database file: {os.path.abspath(path)}; check --db or $SAGA_DATABASE_URL "
+            "(or run `saga db upgrade` to create it)"
+        )
 
 
 def use_session_factory(store: SagaStore, factory: Callable[..., Any]) -> None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine, column, func, inspect, select, table
 
-from saga.errors import ConfigurationError, SchemaVersionError
+from saga.errors import ConfigurationError, DatabaseNotFoundError, SchemaVersionError
 
 from .revisions import (
     HEAD,
@@ -137,6 +137,11 @@ def check(store: Migratable) -> None:
     if found.verdict is Verdict.CURRENT:
         return
     if found.verdict is Verdict.EMPTY:
+        if not getattr(store, "creates_schema", True):
+            raise DatabaseNotFoundError(
+                f"no saga tables at {store.url}; check --db or $SAGA_DATABASE_URL "
+                "(or run `saga db upgrade` to create them)"
+            )
         upgrade(store)
         return
     raise refusal(store.url, found, "open it")

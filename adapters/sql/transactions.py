@@ -39,6 +39,7 @@ class SqlTransactions:
         self.hot = dialect.hot_path(url)
         self.session_factory: Callable[..., Session] = Session
         self._schema_ready = False
+        self.creates_schema = True  # first use creates saga's tables in an empty database
 
     def use_session_factory(self, factory: Callable[..., Session]) -> None:
         """Give transactional steps sessions made by ``factory`` (the application's

@@ -53,9 +53,12 @@ def open_coordinator(
     *,
     lease_ttl: float = 30.0,
     store_retry: RetryPolicy = CLI_STORE_RETRY,
+    create_tables: bool = False,
 ) -> Coordinator:
     """A coordinator for operator work: ``apps`` imported and trusted, a short store retry;
-    traced when OpenTelemetry is installed (see :func:`operator_listeners`)."""
+    traced when OpenTelemetry is installed (see :func:`operator_listeners`). It creates
+    no database and no tables unless asked (``create_tables``): a read from the wrong
+    directory must say so, not report an empty database as all clear."""
     import_apps(apps)
     return Coordinator(
         url,
@@ -63,6 +66,7 @@ def open_coordinator(
         trusted_modules=apps,
         store_retry=store_retry,
         listeners=operator_listeners(),
+        create_tables=create_tables,
     )
 
 

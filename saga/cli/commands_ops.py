@@ -211,6 +211,7 @@ def worker_command(
         seconds = admin.parse_duration(interval, "--interval")
         ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
         session.lease_ttl = check_lease_ttl(ttl, "--lease-ttl")  # before the database is opened
+        session.creates = True  # a worker may start before the application first ran
         log = _worker_log(session, log_format, log_file)
         coord = session.coordinator()
         stop = threading.Event()

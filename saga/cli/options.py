@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from saga.cli.session import BAD_INPUT, Session
+from saga.cli.session import BAD_INPUT, Session, session_of
 
 app = typer.Typer(
     name="saga",
@@ -67,6 +67,7 @@ def main_options(
 @db_app.callback()
 def db_options(ctx: typer.Context) -> None:
     """Create, migrate and check the schema."""
+    session_of(ctx).creates = True  # the commands that make and migrate the tables
     if ctx.invoked_subcommand is None:  # `saga db` alone is a usage error, exit 2
         typer.echo(ctx.get_usage(), err=True)
         typer.echo(

@@ -42,6 +42,7 @@ class Session:
     debug: bool
     json: bool
     lease_ttl: float = 30.0
+    creates: bool = False  # set by the commands that may create the tables (db, worker)
     out: Console = dataclasses.field(default_factory=lambda: _console(stderr=False))
     err: Console = dataclasses.field(default_factory=lambda: _console(stderr=True))
     _coordinator: Coordinator | None = None
@@ -50,7 +51,7 @@ class Session:
         """Opened on first use, so that `--help` and the demo never touch the database."""
         if self._coordinator is None:
             self._coordinator = admin.open_coordinator(
-                self.url, self.apps, lease_ttl=self.lease_ttl
+                self.url, self.apps, lease_ttl=self.lease_ttl, create_tables=self.creates
             )
         return self._coordinator
 
