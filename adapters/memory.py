@@ -381,6 +381,8 @@ def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:
         return False
     if query.key is not None and saga.key != query.key:
         return False
+    if query.id_prefix is not None and not saga.id.startswith(query.id_prefix):
+        return False
     if query.stuck and not _stuck(saga, now):
         return False
     created = saga.created_at or 0.0

@@ -11,6 +11,7 @@ from saga.context import StepContext, current_step
 from saga.coordinator import Coordinator
 from saga.definition import Saga, Step
 from saga.errors import (
+    AmbiguousSagaError,
     ConfigurationError,
     CorruptRecordError,
     DatabaseNotFoundError,
@@ -42,6 +43,7 @@ from saga.views import SagaView, StepView
 __version__ = "0.1.0"
 
 __all__ = [
+    "AmbiguousSagaError",
     "AsyncCoordinator",
     "AsyncSagaScope",
     "ConfigurationError",

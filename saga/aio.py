@@ -136,8 +136,11 @@ class AsyncCoordinator:
 
     # -- reading --------------------------------------------------------------------------------
 
-    async def get(self, saga_id: str) -> SagaView:
-        return await asyncio.to_thread(self.sync.get, saga_id)
+    async def get(
+        self, saga_id: str | None = None, *, key: str | None = None, name: str | None = None
+    ) -> SagaView:
+        """See ``Coordinator.get``: by id, or by key (and name)."""
+        return await asyncio.to_thread(lambda: self.sync.get(saga_id, key=key, name=name))
 
     async def list(
         self,
@@ -149,10 +152,18 @@ class AsyncCoordinator:
         before: str | None = None,
         older_than: float | None = None,
         key: str | None = None,
+        id_prefix: str | None = None,
     ) -> list[SagaView]:
         return await asyncio.to_thread(
             lambda: self.sync.list(
-                status, name, limit, stuck=stuck, before=before, older_than=older_than, key=key
+                status,
+                name,
+                limit,
+                stuck=stuck,
+                before=before,
+                older_than=older_than,
+                key=key,
+                id_prefix=id_prefix,
             )
         )
 

@@ -17,6 +17,8 @@ from saga.drivers.threads import ThreadDriver
 from saga.engine.flows import Flows
 from saga.engine.verbs import Verbs
 from saga.errors import (
+    AmbiguousSagaError,
+    ConfigurationError,
     UnknownSagaError,
 )
 from saga.lease import Heartbeat, check_lease_ttl
@@ -209,9 +211,33 @@ class Coordinator:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def get(self, saga_id: str) -> SagaView:
-        """The saga with this id (``UnknownSagaError`` if there is none)."""
-        return view_of(self._load(saga_id))
+    def get(
+        self, saga_id: str | None = None, *, key: str | None = None, name: str | None = None
+    ) -> SagaView:
+        """The saga with this id, or the one ``key`` names (with ``name``, the saga
+        definition's, when several definitions use the same key). ``UnknownSagaError``
+        if there is none; ``AmbiguousSagaError`` if a key alone names several."""
+        if saga_id is not None:
+            if key is not None or name is not None:
+                raise ConfigurationError("pass a saga id, or a key (and a name), not both")
+            return view_of(self._load(saga_id))
+        if key is None:
+            raise ConfigurationError("pass a saga id or a key")
+        return view_of(self._by_key(key, name))
+
+    def _by_key(self, key: str, name: str | None) -> SagaRecord:
+        if name is not None:
+            record = self.store.find(name, key)
+            if record is None:
+                raise UnknownSagaError(f"no saga {name!r} with key {key!r}")
+            return record
+        found = self.store.list(ListQuery(key=key, limit=10))
+        if not found:
+            raise UnknownSagaError(f"no saga with key {key!r}")
+        if len(found) > 1:
+            names = ", ".join(sorted(f"{r.name!r} ({r.id})" for r in found))
+            raise AmbiguousSagaError(f"key {key!r} names {len(found)} sagas: {names}; pass a name")
+        return found[0]
 
     def list(
         self,
@@ -223,12 +249,15 @@ class Coordinator:
         before: str | None = None,
         older_than: float | None = None,
         key: str | None = None,
+        id_prefix: str | None = None,
     ) -> list[SagaView]:
-        """Sagas, newest first, at most ``limit`` of them."""
+        """Sagas, newest first, at most ``limit`` of them (``id_prefix``: whose id starts
+        so, as an operator types the first characters of one)."""
         query = ListQuery(
             status=statuses_of(status),
             name=name,
             key=key,
+            id_prefix=None if id_prefix is None else id_prefix.strip().lower(),
             stuck=stuck,
             before=before,
             older_than=older_than,

@@ -194,6 +194,10 @@ class ConfigurationError(SagaError, ValueError):
     """A bad database URL, an unknown scheme, or an invalid setting."""
 
 
+class AmbiguousSagaError(ConfigurationError):
+    """A key alone, or an id prefix, names several sagas: the message lists them."""
+
+
 class DatabaseNotFoundError(ConfigurationError):
     """The database is not there, or holds none of saga's tables, and the caller asked
     not to create them (``Coordinator(create_tables=False)``, the admin command's reads):

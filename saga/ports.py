@@ -211,6 +211,8 @@ class ListQuery:
     older_than: float | None = None
     before: str | None = None
     limit: int = 100
+    id_prefix: str | None = None
+    """Only sagas whose id starts with this (lowercase hex and dashes)."""
 
 
 class SagaStore(Protocol):

@@ -52,6 +52,8 @@ def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
         conditions.append(i.name == query.name)
     if query.key is not None:
         conditions.append(i.key == query.key)
+    if query.id_prefix is not None:
+        conditions.append(i.id.startswith(query.id_prefix, autoescape=True))
     if query.stuck:
         conditions.append(and_(i.status.in_(ACTIVE), i.lease_expires_at < now))
     if query.older_than is not None:

@@ -47,12 +47,16 @@ from saga.admin.facts import (
 )
 from saga.admin.inputs import (
     CLI_STORE_RETRY,
+    ByKey,
+    SagaRef,
     get_saga,
     import_apps,
     open_coordinator,
     parse_duration,
     parse_saga_id,
     parse_statuses,
+    saga_id_of,
+    target,
 )
 from saga.admin.maintenance import purge
 from saga.admin.reads import (
@@ -100,6 +104,7 @@ __all__ = [
     "CLI_STORE_RETRY",
     "FINISHED",
     "IN_DOUBT",
+    "ByKey",
     "Plan",
     "Progress",
     "RecoveryItem",
@@ -108,6 +113,7 @@ __all__ = [
     "SagaDetail",
     "SagaDiff",
     "SagaPage",
+    "SagaRef",
     "SchemaChange",
     "SchemaStatus",
     "StepDiff",
@@ -144,6 +150,7 @@ __all__ = [
     "retry_compensation",
     "run_worker",
     "saga_history",
+    "saga_id_of",
     "saga_summary",
     "schema_status",
     "serve_worker_metrics",
@@ -151,6 +158,7 @@ __all__ = [
     "show_with_history",
     "status_counts",
     "stuck_ids",
+    "target",
     "timeline",
     "total_duration",
     "upgrade_schema",

@@ -10,7 +10,7 @@ import shlex
 
 from saga import engine
 from saga.admin.facts import past_pivot
-from saga.admin.inputs import definition_of, get_saga, no_definition, parse_saga_id
+from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
 from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.errors import ConfigurationError, OperationRefusedError, UnknownSagaError
@@ -20,29 +20,29 @@ from saga.status import SagaStatus, StepStatus, check_step_move
 from saga.views import SagaView
 
 
-def compensate(coord: Coordinator, saga_id: str) -> SagaView:
+def compensate(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     """Unwind a saga now (refused past its pivot and once it finished)."""
-    return coord.compensate(parse_saga_id(saga_id))
+    return coord.compensate(saga_id_of(coord, saga_id))
 
 
-def resume(coord: Coordinator, saga_id: str) -> SagaView:
+def resume(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     """Carry a running declarative saga forward now (its definition must be known: --app)."""
-    return coord.resume(parse_saga_id(saga_id))
+    return coord.resume(saga_id_of(coord, saga_id))
 
 
-def cancel(coord: Coordinator, saga_id: str) -> SagaView:
+def cancel(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     """Ask a running saga to stop at its next step boundary and unwind."""
-    return coord.cancel(parse_saga_id(saga_id))
+    return coord.cancel(saga_id_of(coord, saga_id))
 
 
-def retry_compensation(coord: Coordinator, saga_id: str) -> SagaView:
+def retry_compensation(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     """Run the compensations of a ``failed`` saga again, with a fresh attempt budget."""
-    saga_id = parse_saga_id(saga_id)
+    saga_id = saga_id_of(coord, saga_id)
     _require_failed(get_saga(coord, saga_id), "retry-compensation")
     return coord.compensate(saga_id, action="retry-compensation")
 
 
-def mark_compensated(coord: Coordinator, saga_id: str, step: str, reason: str) -> SagaView:
+def mark_compensated(coord: Coordinator, saga_id: SagaRef, step: str, reason: str) -> SagaView:
     """Record that an operator undid ``step`` by hand, then unwind the rest.
 
     For a saga that is ``failed`` because ``step``'s compensation kept
@@ -52,7 +52,7 @@ def mark_compensated(coord: Coordinator, saga_id: str, step: str, reason: str) -
     Only that step, the top of what is left to undo, can be marked; any other
     is refused (naming it) before anything is written.
     """
-    saga_id = parse_saga_id(saga_id)
+    saga_id = saga_id_of(coord, saga_id)
     if not reason.strip():
         raise ConfigurationError("--reason must say what was done by hand; it is recorded")
     view = get_saga(coord, saga_id)
@@ -66,14 +66,14 @@ def mark_compensated(coord: Coordinator, saga_id: str, step: str, reason: str) -
     return coord.compensate(saga_id, action="continue after mark-compensated")
 
 
-def mark_step(coord: Coordinator, saga_id: str, step: str, reason: str) -> SagaView:
+def mark_step(coord: Coordinator, saga_id: SagaRef, step: str, reason: str) -> SagaView:
     """Record that step ``step``, given up ``in_doubt``, did not happen (the operator
     checked the system it calls): it becomes ``failed``, so the saga may be unwound.
 
     Only for a ``failed`` saga and a step whose outcome was never learnt. Nothing is
     compensated here: ``retry-compensation`` does that next, and its refusals apply.
     """
-    saga_id = parse_saga_id(saga_id)
+    saga_id = saga_id_of(coord, saga_id)
     if not reason.strip():
         raise ConfigurationError("--reason must say how you know; it is recorded")
     record = coord.store.load(saga_id)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 
 from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_saga, defined_versions
-from saga.errors import ConfigurationError, UnknownSagaError
+from saga.errors import AmbiguousSagaError, ConfigurationError, UnknownSagaError
 from saga.listening import Listener
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.status import SagaStatus, parse_status
@@ -98,6 +98,59 @@ def parse_duration(text: str, what: str = "duration") -> float:
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class ByKey:
+    """A saga named the way the business knows it: its key (and its definition's name)."""
+
+    key: str
+    name: str | None = None
+
+
+SagaRef = str | ByKey
+"""A saga as an operator names it: an id, the first characters of one, or its key."""
+
+_ID_PREFIX = re.compile(r"[0-9a-f][0-9a-f-]{3,35}")
+_CANDIDATES = 5
+
+
+def target(saga_id: str | None, key: str | None, name: str | None) -> SagaRef:
+    """What ``ID`` or ``--key K [--name N]`` names (exactly one of the two)."""
+    if key is not None and saga_id is not None:
+        raise ConfigurationError("name the saga by ID or by --key, not both")
+    if key is not None:
+        return ByKey(key, name)
+    if name is not None:
+        raise ConfigurationError("--name goes with --key: name the saga by ID or by --key")
+    if saga_id is None:
+        raise ConfigurationError("name the saga: an ID (or its first characters) or --key")
+    return saga_id
+
+
+def saga_id_of(coord: Coordinator, ref: SagaRef) -> str:
+    """The id of the saga ``ref`` names: a whole id, a unique prefix of one (at least 4
+    characters), or a key. An ambiguous prefix or key is refused, listing candidates."""
+    if isinstance(ref, ByKey):
+        return coord.get(key=ref.key, name=ref.name).id
+    text = ref.strip().lower()
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        pass
+    if not _ID_PREFIX.fullmatch(text):
+        return parse_saga_id(ref)  # says what an id looks like
+    found = coord.list(id_prefix=text, limit=_CANDIDATES + 1)
+    if not found:
+        raise UnknownSagaError(f"no saga id starts with {text!r}; find ids with `saga list`")
+    if len(found) > 1:
+        shown = ", ".join(f"{v.id} ({v.name}, {v.status.value})" for v in found[:_CANDIDATES])
+        more = " and more" if len(found) > _CANDIDATES else ""
+        raise AmbiguousSagaError(
+            f"{text!r} starts {len(found)}{'+' if more else ''} saga ids: {shown}{more}; "
+            "type more of it"
+        )
+    return found[0].id
+
+
 def parse_saga_id(text: str) -> str:
     """The canonical form of a saga id, or ``UnknownSagaError`` saying it cannot be one."""
     try:
@@ -115,10 +168,11 @@ def parse_statuses(values: Iterable[str]) -> tuple[SagaStatus, ...]:
     return tuple(parse_status(name) for name in names)
 
 
-def get_saga(coord: Coordinator, saga_id: str) -> SagaView:
-    """The saga with this id; an unknown or malformed id is ``UnknownSagaError`` with a hint."""
+def get_saga(coord: Coordinator, saga_id: SagaRef) -> SagaView:
+    """The saga ``saga_id`` names (see :func:`saga_id_of`); an unknown or malformed one is
+    ``UnknownSagaError`` with a hint."""
     try:
-        return coord.get(parse_saga_id(saga_id))
+        return coord.get(saga_id_of(coord, saga_id))
     except UnknownSagaError as error:
         raise UnknownSagaError(f"{error}; find ids with `saga list`") from None
 

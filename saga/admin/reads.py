@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from saga.admin.inputs import definition_of, get_saga
+from saga.admin.inputs import SagaRef, definition_of, get_saga
 from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
@@ -52,12 +52,12 @@ def status_counts(coord: Coordinator) -> dict[SagaStatus, int]:
     return {status: counts.get(status, 0) for status in SagaStatus}
 
 
-def show_saga(coord: Coordinator, saga_id: str) -> SagaDetail:
+def show_saga(coord: Coordinator, saga_id: SagaRef) -> SagaDetail:
     """The saga with what an operator needs to judge it (``saga show``)."""
     return show_with_history(coord, saga_id)[0]
 
 
-def show_with_history(coord: Coordinator, saga_id: str) -> tuple[SagaDetail, Timeline]:
+def show_with_history(coord: Coordinator, saga_id: SagaRef) -> tuple[SagaDetail, Timeline]:
     """``show_saga`` and ``saga_history`` together, reading the saga and its events once
     (the web console's saga page shows both)."""
     view = get_saga(coord, saga_id)
@@ -106,7 +106,7 @@ _END_OF = {
 }
 
 
-def saga_history(coord: Coordinator, saga_id: str) -> Timeline:
+def saga_history(coord: Coordinator, saga_id: SagaRef) -> Timeline:
     """The saga's events, oldest first, with offsets and durations."""
     view = get_saga(coord, saga_id)
     return Timeline(view, timeline(coord.history(view.id)))

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from saga.admin.facts import human_duration, json_value, lease_left, past_pivot
-from saga.admin.inputs import definition_of, get_saga, no_definition, parse_saga_id
+from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
 from saga.recovery import LOST
@@ -104,7 +104,7 @@ Progress = Callable[[RecoveryItem, int, int], None]
 
 def recover(
     coord: Coordinator,
-    saga_ids: Sequence[str] = (),
+    saga_ids: Sequence[SagaRef] = (),
     *,
     compensate: bool = False,
     dry_run: bool = False,
@@ -119,7 +119,7 @@ def recover(
     """
     if limit is not None and limit < 1:
         raise ConfigurationError(f"--limit must be at least 1, not {limit}")
-    ids = list(dict.fromkeys(parse_saga_id(i) for i in saga_ids)) or stuck_ids(coord, limit)
+    ids = list(dict.fromkeys(saga_id_of(coord, i) for i in saga_ids)) or stuck_ids(coord, limit)
     now = coord.store.now()
     plans = [_plan(coord, get_saga(coord, saga_id), compensate, now) for saga_id in ids[:limit]]
     items: list[RecoveryItem] = []

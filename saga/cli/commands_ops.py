@@ -18,7 +18,7 @@ import typer
 from rich.progress import Progress
 
 from saga import admin, logs
-from saga.cli.options import DemoDbUrl, JsonFlag, SagaId, app
+from saga.cli.options import DemoDbUrl, JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import (
     FAILED,
@@ -50,14 +50,19 @@ def recover_command(
         bool, typer.Option("--dry-run", help="Say what would be done; change nothing.")
     ] = False,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many sagas.")] = None,
+    key: KeyOption = None,
+    name: NameOption = None,
     json_output: JsonFlag = False,
 ) -> None:
     """Claim stuck sagas and finish them: forward, or compensating."""
     session = session_of(ctx)
     with reporting(session), _progress(session) as progress:
+        chosen: list[admin.SagaRef] = list(saga_ids or ())
+        if key is not None or name is not None:
+            chosen.append(admin.target(None, key, name))
         summary = admin.recover(
             session.coordinator(),
-            saga_ids or (),
+            chosen,
             compensate=compensate,
             dry_run=dry_run,
             limit=limit,
@@ -102,29 +107,52 @@ def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], 
 
 
 @app.command("compensate")
-def compensate_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+def compensate_command(
+    ctx: typer.Context,
+    saga_id: MaybeSagaId = None,
+    key: KeyOption = None,
+    name: NameOption = None,
+    json_output: JsonFlag = False,
+) -> None:
     """Unwind a saga now (refused past its pivot or once it finished)."""
-    _act(ctx, json_output, lambda coord: admin.compensate(coord, saga_id))
+    _act(ctx, json_output, lambda coord: admin.compensate(coord, admin.target(saga_id, key, name)))
 
 
 @app.command("resume")
-def resume_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+def resume_command(
+    ctx: typer.Context,
+    saga_id: MaybeSagaId = None,
+    key: KeyOption = None,
+    name: NameOption = None,
+    json_output: JsonFlag = False,
+) -> None:
     """Carry a stuck declarative saga forward now (needs --app)."""
-    _act(ctx, json_output, lambda coord: admin.resume(coord, saga_id))
+    _act(ctx, json_output, lambda coord: admin.resume(coord, admin.target(saga_id, key, name)))
 
 
 @app.command("cancel")
-def cancel_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+def cancel_command(
+    ctx: typer.Context,
+    saga_id: MaybeSagaId = None,
+    key: KeyOption = None,
+    name: NameOption = None,
+    json_output: JsonFlag = False,
+) -> None:
     """Stop a running saga at its next step boundary and unwind it."""
-    _act(ctx, json_output, lambda coord: admin.cancel(coord, saga_id))
+    _act(ctx, json_output, lambda coord: admin.cancel(coord, admin.target(saga_id, key, name)))
 
 
 @app.command("retry-compensation")
 def retry_compensation_command(
-    ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False
+    ctx: typer.Context,
+    saga_id: MaybeSagaId = None,
+    key: KeyOption = None,
+    name: NameOption = None,
+    json_output: JsonFlag = False,
 ) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
-    _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, saga_id))
+    ref = (saga_id, key, name)
+    _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, admin.target(*ref)))
 
 
 @app.command("mark-compensated")

@@ -11,9 +11,10 @@ from typing import Annotated
 import typer
 
 from saga import admin
-from saga.cli.options import JsonFlag, SagaId, app
+from saga.cli.options import JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
 from saga.cli.render import render_detail, render_diff, render_page, render_timeline
 from saga.cli.session import respond
+from saga.coordinator import Coordinator
 
 
 @app.command("list")
@@ -60,15 +61,35 @@ def list_command(
 
 
 @app.command("show")
-def show_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+def show_command(
+    ctx: typer.Context,
+    saga_id: MaybeSagaId = None,
+    key: KeyOption = None,
+    name: NameOption = None,
+    json_output: JsonFlag = False,
+) -> None:
     """One saga: its input and success stack, with the in-doubt step and the pivot marked."""
-    respond(ctx, json_output, lambda coord: admin.show_saga(coord, saga_id), render_detail)
+
+    def show(coord: Coordinator) -> admin.SagaDetail:
+        return admin.show_saga(coord, admin.target(saga_id, key, name))
+
+    respond(ctx, json_output, show, render_detail)
 
 
 @app.command("history")
-def history_command(ctx: typer.Context, saga_id: SagaId, json_output: JsonFlag = False) -> None:
+def history_command(
+    ctx: typer.Context,
+    saga_id: MaybeSagaId = None,
+    key: KeyOption = None,
+    name: NameOption = None,
+    json_output: JsonFlag = False,
+) -> None:
     """The saga's events, oldest first, with timestamps and durations."""
-    respond(ctx, json_output, lambda coord: admin.saga_history(coord, saga_id), render_timeline)
+
+    def history(coord: Coordinator) -> admin.Timeline:
+        return admin.saga_history(coord, admin.target(saga_id, key, name))
+
+    respond(ctx, json_output, history, render_timeline)
 
 
 @app.command("diff")

@@ -44,7 +44,32 @@ DebugFlag = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/operating.md).")]
 SagaId = Annotated[
     str,
-    typer.Argument(metavar="ID", help="A saga id, as `saga list` shows it.", show_default=False),
+    typer.Argument(
+        metavar="ID",
+        help="A saga id as `saga list` shows it, or its first characters (at least 4).",
+        show_default=False,
+    ),
+]
+MaybeSagaId = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[ID]",
+        help="A saga id as `saga list` shows it, or its first characters (at least 4); "
+        "or name it with --key.",
+        show_default=False,
+    ),
+]
+KeyOption = Annotated[
+    str | None,
+    typer.Option("--key", help="Name the saga by its key instead of its ID.", show_default=False),
+]
+NameOption = Annotated[
+    str | None,
+    typer.Option(
+        "--name",
+        help="With --key: the saga definition's name, when several use the key.",
+        show_default=False,
+    ),
 ]
 
 
