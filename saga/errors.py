@@ -212,6 +212,11 @@ class StorageError(SagaError):
     """The database misbehaved."""
 
 
+class DatabaseRefusedError(StorageError, ConfigurationError):
+    """The database refused us for good (no such database or role, a wrong password, a
+    path SQLite cannot open): not retried, since no retry can fix it."""
+
+
 class StorageUnavailableError(StorageError):
     """The database cannot be reached or dropped the connection."""
 

@@ -76,7 +76,7 @@ TRANSIENT_CLASSES = frozenset(
 )
 """Classes (``module.QualifiedName``) that mean a lost or refused connection. A
 refused login or an unknown database raises some of them too: those are told apart
-(see ``_refused_for_good``) and never retried."""
+(see ``refused_for_good``) and never retried."""
 
 
 PERMANENT_CLASSES = frozenset(
@@ -91,9 +91,10 @@ PERMANENT_CLASSES = frozenset(
 
 _MYSQL_PERMANENT = frozenset({1044, 1045, 1049})  # access denied (db, user), unknown database
 _PG_PERMANENT = ("does not exist", "authentication failed", "no pg_hba.conf entry")
+_ANY_PERMANENT = ("unable to open database file",)  # SQLite: a path that cannot be
 
 
-def _refused_for_good(error: BaseException) -> bool:
+def refused_for_good(error: BaseException) -> bool:
     """A login or a database that is wrong, not unreachable: retrying cannot help."""
     names = set(class_names(error))
     if names & PERMANENT_CLASSES:
@@ -106,6 +107,8 @@ def _refused_for_good(error: BaseException) -> bool:
     if isinstance(code, int) and code in _MYSQL_PERMANENT and "OperationalError" in str(names):
         return True
     text = str(cause)
+    if any(phrase in text for phrase in _ANY_PERMANENT):
+        return True
     return "FATAL:" in text and any(phrase in text for phrase in _PG_PERMANENT)
 
 
@@ -117,7 +120,7 @@ def class_names(error: BaseException) -> Iterable[str]:
 def is_transient(error: BaseException) -> bool:
     """Whether ``error`` says a connection was lost, refused or timed out (so that the
     same call may well succeed in a moment), whichever library raised it."""
-    if _refused_for_good(error):
+    if refused_for_good(error):
         return False
     if isinstance(error, ConnectionError | TimeoutError):
         return True

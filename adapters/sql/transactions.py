@@ -17,8 +17,9 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from saga.errors import StorageError, StorageUnavailableError
+from saga.errors import DatabaseRefusedError, StorageError, StorageUnavailableError
 from saga.policy import STORE_RETRY, RetryPolicy
+from saga.transient import refused_for_good
 
 from . import migrate
 from .binding import check_session_factory
@@ -56,6 +57,11 @@ class SqlTransactions:
         try:
             yield
         except (OperationalError, InterfaceError) as error:
+            if refused_for_good(error):
+                raise DatabaseRefusedError(
+                    f"{self.url}: {first_line(error)}; check --db or $SAGA_DATABASE_URL "
+                    "(its user, password and database)"
+                ) from error
             raise StorageUnavailableError(f"{self.url}: {first_line(error)}") from error
         except DBAPIError as error:
             if error.connection_invalidated:

@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import make_url
 
-from saga import Coordinator
+from saga import Coordinator, DatabaseRefusedError, RetryPolicy, StorageUnavailableError
 from saga.errors import DatabaseNotFoundError
 from tests.cli.conftest import one_error_line, run_saga
+
+FOREVER = RetryPolicy(max_attempts=None, retry_on=(StorageUnavailableError,))
+"""A store retry that never gives up: an error it retried would hang the test."""
 
 
 @pytest.mark.parametrize(
@@ -60,3 +64,21 @@ def test_the_library_refuses_too_when_asked(tmp_path: Path) -> None:
         coord.list()
     with Coordinator(f"sqlite:///{tmp_path}/made.db") as coord:  # the default: first use creates
         assert coord.list() == []
+
+
+@pytest.mark.postgres
+def test_a_database_that_refuses_for_good_fails_fast_with_the_right_words(
+    pg_url: str, tmp_path: Path
+) -> None:
+    wrong = make_url(pg_url).set(database="no_such_database_here")
+    url = wrong.render_as_string(hide_password=False)
+    result = run_saga("--db", url, "list", cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    line = one_error_line(result.stderr)
+    assert 'database "no_such_database_here" does not exist' in line
+    assert "server is up" not in line  # it is up: it said no
+    with pytest.raises(DatabaseRefusedError) as refused:
+        Coordinator(url, store_retry=FOREVER).list()  # never retried: no retry can fix it
+    assert not isinstance(refused.value, StorageUnavailableError)
+    with pytest.raises(DatabaseRefusedError, match="unable to open database file"):
+        Coordinator(f"sqlite:///{tmp_path}/no/such/dir/saga.db", store_retry=FOREVER).list()
