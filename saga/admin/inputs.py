@@ -174,6 +174,8 @@ def get_saga(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     try:
         return coord.get(saga_id_of(coord, saga_id))
     except UnknownSagaError as error:
+        if "saga list" in str(error):  # the hint is there already
+            raise
         raise UnknownSagaError(f"{error}; find ids with `saga list`") from None
 
 

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 @app.command("web")
 def web_command(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8080,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to listen on.", metavar="ADDRESS")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.", metavar="PORT")] = 8080,
     token: Annotated[
         str | None,
         typer.Option(
@@ -27,6 +29,7 @@ def web_command(
             envvar="SAGA_WEB_TOKEN",
             help="Required on any address but loopback; every request must then carry it.",
             show_default=False,
+            metavar="TOKEN",
         ),
     ] = None,
     allow_actions: Annotated[

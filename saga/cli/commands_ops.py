@@ -49,7 +49,9 @@ def recover_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say what would be done; change nothing.")
     ] = False,
-    limit: Annotated[int | None, typer.Option("--limit", help="At most this many sagas.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", help="At most this many sagas.", metavar="N")
+    ] = None,
     key: KeyOption = None,
     name: NameOption = None,
     json_output: JsonFlag = False,
@@ -97,7 +99,7 @@ def _progress(session: Session) -> Iterator[admin.Progress | None]:
 def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], SagaView]) -> None:
     """Run one operator action and say where the saga now stands."""
     session = session_of(ctx)
-    with reporting(session):
+    with reporting(session, json_output):
         coord = session.coordinator()
         view = action(coord)
         if session.wants_json(json_output):
@@ -159,8 +161,12 @@ def retry_compensation_command(
 def mark_compensated_command(
     ctx: typer.Context,
     saga_id: SagaId,
-    step: Annotated[str, typer.Option("--step", help="The step you undid by hand.")],
-    reason: Annotated[str, typer.Option("--reason", help="What you did; it is recorded.")],
+    step: Annotated[
+        str, typer.Option("--step", help="The step you undid by hand.", metavar="STEP")
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", help="What you did; it is recorded.", metavar="TEXT")
+    ],
     json_output: JsonFlag = False,
 ) -> None:
     """Record that you undid a failed saga's step by hand, then unwind the rest."""
@@ -171,7 +177,9 @@ def mark_compensated_command(
 def mark_step_command(
     ctx: typer.Context,
     saga_id: SagaId,
-    step: Annotated[str, typer.Option("--step", help="The step whose outcome is in doubt.")],
+    step: Annotated[
+        str, typer.Option("--step", help="The step whose outcome is in doubt.", metavar="STEP")
+    ],
     did_not_happen: Annotated[
         bool,
         typer.Option(
@@ -179,7 +187,9 @@ def mark_step_command(
             help="Say that the step's action did not take effect (you checked); required.",
         ),
     ] = False,
-    reason: Annotated[str, typer.Option("--reason", help="How you know; it is recorded.")] = "",
+    reason: Annotated[
+        str, typer.Option("--reason", help="How you know; it is recorded.", metavar="TEXT")
+    ] = "",
     json_output: JsonFlag = False,
 ) -> None:
     """Record what really happened to a step given up in doubt (a failed saga's pivot that
@@ -199,14 +209,19 @@ def mark_step_command(
 @app.command("worker")
 def worker_command(
     ctx: typer.Context,
-    interval: Annotated[str, typer.Option("--interval", help="Pause between passes.")] = "5s",
-    batch: Annotated[int, typer.Option("--batch", help="At most this many sagas a pass.")] = 20,
+    interval: Annotated[
+        str, typer.Option("--interval", help="Pause between passes.", metavar="DURATION")
+    ] = "5s",
+    batch: Annotated[
+        int, typer.Option("--batch", help="At most this many sagas a pass.", metavar="N")
+    ] = 20,
     lease_ttl: Annotated[
         str,
         typer.Option(
             "--lease-ttl",
             help="The lease on the saga in hand: if this worker dies, another takes it this long "
             "after the last renewal.",
+            metavar="DURATION",
         ),
     ] = "30s",
     log_format: Annotated[
@@ -215,22 +230,30 @@ def worker_command(
             "--log-format",
             help="Log through the saga loggers, every saga event included: text or json "
             "(one object a line).",
+            metavar="text|json",
         ),
     ] = None,
     log_file: Annotated[
         str | None,
-        typer.Option("--log-file", help="Write the log to this file, rotated at 10 MB (5 kept)."),
+        typer.Option(
+            "--log-file",
+            help="Write the log to this file, rotated at 10 MB (5 kept).",
+            metavar="PATH",
+        ),
     ] = None,
     metrics_port: Annotated[
         int | None,
         typer.Option(
             "--metrics-port",
             help="Serve Prometheus /metrics and /healthz on this port (needs saga[metrics]).",
+            metavar="PORT",
         ),
     ] = None,
     metrics_host: Annotated[
         str,
-        typer.Option("--metrics-host", help="The address to serve the metrics on."),
+        typer.Option(
+            "--metrics-host", help="The address to serve the metrics on.", metavar="ADDRESS"
+        ),
     ] = "127.0.0.1",
 ) -> None:
     """Recover stuck sagas in a loop until SIGTERM or SIGINT (several may run)."""
@@ -323,11 +346,16 @@ def _stopping_on_signals(stop: threading.Event, log: Callable[[str], None]) -> I
 def purge_command(
     ctx: typer.Context,
     older_than: Annotated[
-        str, typer.Option("--older-than", help="Created longer ago than this (30d).")
+        str, typer.Option("--older-than", help="Created longer ago than this (30d).", metavar="AGE")
     ],
     status: Annotated[
         list[str] | None,
-        typer.Option("--status", "-s", help="Finished statuses (default: completed,compensated)."),
+        typer.Option(
+            "--status",
+            "-s",
+            help="Finished statuses (default: completed,compensated).",
+            metavar="STATUS",
+        ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:

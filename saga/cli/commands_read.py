@@ -28,18 +28,23 @@ def list_command(
             help="running, compensating, completed, compensated, "
             "failed or cancelled; repeat or comma-separate.",
             show_default=False,
+            metavar="STATUS",
         ),
     ] = None,
-    name: Annotated[str | None, typer.Option("--name", "-n", help="Only this saga name.")] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
+    ] = None,
     stuck: Annotated[
         bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
     ] = False,
     older_than: Annotated[
-        str | None, typer.Option("--older-than", help="Created longer ago than this (10m, 2d).")
+        str | None,
+        typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many.")] = 50,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many.", metavar="N")] = 50,
     before: Annotated[
-        str | None, typer.Option("--before", help="The page after this id (see the last line).")
+        str | None,
+        typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
     ] = None,
     json_output: JsonFlag = False,
 ) -> None:

@@ -16,8 +16,13 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     invoke_without_command=True,
+    rich_markup_mode=None,  # plain help: no "<bool>" beside every flag
 )
-db_app = typer.Typer(help="Create, migrate and check the schema.", invoke_without_command=True)
+db_app = typer.Typer(
+    help="Create, migrate and check the schema.",
+    invoke_without_command=True,
+    rich_markup_mode=None,
+)
 app.add_typer(db_app, name="db")
 
 DbUrl = Annotated[
@@ -26,10 +31,12 @@ DbUrl = Annotated[
         "--db",
         help="Database URL (default: $SAGA_DATABASE_URL, else sqlite:///saga.db).",
         show_default=False,
+        metavar="URL",
     ),
 ]
 DemoDbUrl = Annotated[
-    str | None, typer.Option("--db", help="Database URL (default: as the global --db).")
+    str | None,
+    typer.Option("--db", help="Database URL (default: as the global --db).", metavar="URL"),
 ]
 """``saga demo --db URL`` as well as ``saga --db URL demo``."""
 Apps = Annotated[
@@ -38,6 +45,7 @@ Apps = Annotated[
         "--app",
         help="Import this module (repeatable) so its sagas and compensations are known.",
         show_default=False,
+        metavar="MODULE",
     ),
 ]
 DebugFlag = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
@@ -61,7 +69,12 @@ MaybeSagaId = Annotated[
 ]
 KeyOption = Annotated[
     str | None,
-    typer.Option("--key", help="Name the saga by its key instead of its ID.", show_default=False),
+    typer.Option(
+        "--key",
+        help="Name the saga by its key instead of its ID.",
+        show_default=False,
+        metavar="KEY",
+    ),
 ]
 NameOption = Annotated[
     str | None,
@@ -69,8 +82,17 @@ NameOption = Annotated[
         "--name",
         help="With --key: the saga definition's name, when several use the key.",
         show_default=False,
+        metavar="NAME",
     ),
 ]
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from saga import __version__
+
+        typer.echo(f"saga {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -80,6 +102,15 @@ def main_options(
     apps: Apps = None,
     debug: DebugFlag = False,
     json_output: JsonFlag = False,
+    version: Annotated[  # noqa: ARG001 - its callback prints it
+        bool,
+        typer.Option(
+            "--version",
+            help="Print saga's version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
 ) -> None:
     """Inspect, recover and operate durable sagas."""
     session = Session(db, list(apps or ()), debug, json_output)

@@ -102,14 +102,14 @@ def _safe(cell: str | Text) -> Text:
     return Text(printable(cell))
 
 
-def json_text(payload: Any) -> str:
+def json_text(payload: Any, indent: int | None = 2) -> str:
     """``payload`` as indented JSON with nothing unsafe for a terminal in it.
 
     ``json.dumps`` escapes C0 controls but leaves DEL, C1 controls, bidi overrides and
     line separators raw; those are written as ``\\uXXXX`` escapes too, which every JSON
     reader turns back into the exact stored text.
     """
-    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    text = json.dumps(payload, indent=indent, ensure_ascii=False)
     # Outside strings JSON holds only ASCII punctuation, digits, spaces and the newlines
     # of the indentation; C0 controls in strings are already escaped by json.dumps.
     return "".join(_json_escaped(c) if c != "\n" and unsafe(c) else c for c in text)
@@ -157,7 +157,7 @@ def respond(
 ) -> R:
     """Call one admin function, then print its JSON (``--json``) or render it for reading."""
     session = session_of(ctx)
-    with reporting(session):
+    with reporting(session, json_output):
         reply = call(session.coordinator())
         if session.wants_json(json_output):
             session.emit_json(reply.as_json())
@@ -167,8 +167,9 @@ def respond(
 
 
 @contextlib.contextmanager
-def reporting(session: Session) -> Iterator[None]:
-    """Turn any error into one line on stderr and the right exit code."""
+def reporting(session: Session, json_output: bool = False) -> Iterator[None]:
+    """Turn any error into one line on stderr and the right exit code; with ``--json``
+    that line is a JSON object: ``{"error": MESSAGE, "exit_code": CODE}``."""
     try:
         yield
     except (typer.Exit, typer.Abort):
@@ -178,8 +179,12 @@ def reporting(session: Session) -> Iterator[None]:
         if session.debug:
             lines = scrub(traceback.format_exc(), session.url).split("\n")
             session.err.print("\n".join(map(printable, lines)), markup=False, end="")
-        line = " ".join(printable(scrub(message, session.url)).split())
-        session.err.print(f"saga: error: {line}", markup=False, style="red")
+        if session.wants_json(json_output):
+            text = " ".join(scrub(message, session.url).split())
+            typer.echo(json_text({"error": text, "exit_code": code}, indent=None), err=True)
+        else:
+            line = " ".join(printable(scrub(message, session.url)).split())
+            session.err.print(f"saga: error: {line}", markup=False, style="red")
         raise typer.Exit(code) from None
 
 
