@@ -34,7 +34,7 @@ class AsyncCoordinator:
         self,
         url: str | None = None,
         *,
-        lease_ttl: float = 30.0,
+        lease_ttl: float | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         trusted_modules: Iterable[str] = (),
         store: SagaStore | None = None,

@@ -21,7 +21,7 @@ from saga.errors import (
     ConfigurationError,
     UnknownSagaError,
 )
-from saga.lease import Heartbeat, check_lease_ttl
+from saga.lease import Heartbeat
 from saga.listening import Listener, Listeners
 from saga.logs import LogListener
 from saga.policy import STORE_RETRY, RetryPolicy
@@ -36,6 +36,7 @@ from saga.ports import (
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
 from saga.scope import SagaScope
+from saga.settings import lease_ttl_setting
 from saga.status import SagaStatus, statuses_of
 from saga.store import open_store, use_session_factory
 from saga.views import SagaView, view_of
@@ -54,8 +55,9 @@ class Coordinator:
     ``url`` defaults to ``$SAGA_DATABASE_URL``, else ``sqlite:///saga.db``.
     ``lease_ttl`` is how long (seconds) a silent process keeps its sagas
     before a recoverer may take them: from 0.1 to 86400 (a day), else
-    ``ConfigurationError``. ``trusted_modules`` names modules whose
-    functions stored references may resolve to (what ``--app`` does).
+    ``ConfigurationError``; by default ``$SAGA_LEASE_TTL``, else 30.
+    ``trusted_modules`` names modules whose functions stored references may
+    resolve to (what ``--app`` does).
     ``session_factory`` (the application's ``sessionmaker``) makes the
     ``ctx.session`` of transactional steps; it must point at the store's own
     database (``ConfigurationError`` otherwise). ``listeners`` are told every
@@ -70,7 +72,7 @@ class Coordinator:
         self,
         url: str | None = None,
         *,
-        lease_ttl: float = 30.0,
+        lease_ttl: float | None = None,
         payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
         trusted_modules: Iterable[str] = (),
         store: SagaStore | None = None,
@@ -80,7 +82,7 @@ class Coordinator:
         log_events: bool = True,
         create_tables: bool = True,
     ) -> None:
-        lease_ttl = check_lease_ttl(lease_ttl)  # before anything is opened
+        lease_ttl = lease_ttl_setting(lease_ttl)  # checked before anything is opened
         self.listeners = Listeners([LogListener()] if log_events else [])
         for listener in listeners:
             self.listeners.add(listener)

@@ -18,6 +18,7 @@ from saga.definition import Saga, defined_saga, defined_versions
 from saga.errors import AmbiguousSagaError, ConfigurationError, UnknownSagaError
 from saga.listening import Listener
 from saga.policy import STORE_RETRY, RetryPolicy
+from saga.settings import parse_duration as parse_duration  # the admin command's too
 from saga.status import SagaStatus, parse_status
 from saga.versions import missing
 from saga.views import SagaView
@@ -79,23 +80,6 @@ def operator_listeners() -> list[Listener]:
     except ImportError:
         return []
     return [TracingListener()]
-
-
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)?")
-_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w)?)+")
-
-
-def parse_duration(text: str, what: str = "duration") -> float:
-    """Seconds in ``90s``, ``10m``, ``1h30m``, ``30d``, ``2w`` or a plain number of seconds."""
-    compact = text.strip().lower().replace(" ", "")
-    if not _DURATION.fullmatch(compact):
-        raise ConfigurationError(
-            f"{what} {text!r} is not a duration; write it like 90s, 10m, 1h30m, 30d or 2w"
-        )
-    return sum(
-        float(number) * _UNITS[unit or "s"] for number, unit in _DURATION_PART.findall(compact)
-    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -210,10 +210,22 @@ def mark_step_command(
 def worker_command(
     ctx: typer.Context,
     interval: Annotated[
-        str, typer.Option("--interval", help="Pause between passes.", metavar="DURATION")
+        str,
+        typer.Option(
+            "--interval",
+            help="Pause between passes.",
+            metavar="DURATION",
+            envvar="SAGA_WORKER_INTERVAL",
+        ),
     ] = "5s",
     batch: Annotated[
-        int, typer.Option("--batch", help="At most this many sagas a pass.", metavar="N")
+        int,
+        typer.Option(
+            "--batch",
+            help="At most this many sagas a pass.",
+            metavar="N",
+            envvar="SAGA_WORKER_BATCH",
+        ),
     ] = 20,
     lease_ttl: Annotated[
         str,
@@ -222,6 +234,7 @@ def worker_command(
             help="The lease on the saga in hand: if this worker dies, another takes it this long "
             "after the last renewal.",
             metavar="DURATION",
+            envvar="SAGA_LEASE_TTL",
         ),
     ] = "30s",
     log_format: Annotated[
@@ -231,6 +244,7 @@ def worker_command(
             help="Log through the saga loggers, every saga event included: text or json "
             "(one object a line).",
             metavar="text|json",
+            envvar="SAGA_LOG_FORMAT",
         ),
     ] = None,
     log_file: Annotated[
@@ -239,6 +253,7 @@ def worker_command(
             "--log-file",
             help="Write the log to this file, rotated at 10 MB (5 kept).",
             metavar="PATH",
+            envvar="SAGA_LOG_FILE",
         ),
     ] = None,
     metrics_port: Annotated[
@@ -247,12 +262,16 @@ def worker_command(
             "--metrics-port",
             help="Serve Prometheus /metrics and /healthz on this port (needs saga[metrics]).",
             metavar="PORT",
+            envvar="SAGA_METRICS_PORT",
         ),
     ] = None,
     metrics_host: Annotated[
         str,
         typer.Option(
-            "--metrics-host", help="The address to serve the metrics on.", metavar="ADDRESS"
+            "--metrics-host",
+            help="The address to serve the metrics on.",
+            metavar="ADDRESS",
+            envvar="SAGA_METRICS_HOST",
         ),
     ] = "127.0.0.1",
 ) -> None:

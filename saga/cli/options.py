@@ -46,6 +46,7 @@ Apps = Annotated[
         help="Import this module (repeatable) so its sagas and compensations are known.",
         show_default=False,
         metavar="MODULE",
+        envvar="SAGA_APP",
     ),
 ]
 DebugFlag = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
