@@ -1,18 +1,19 @@
 """Settings a twelve-factor deployment gives by environment, and how they are read.
 
-=========================  ==============================================  =========
-variable                   what                                            default
-=========================  ==============================================  =========
-``SAGA_DATABASE_URL``      the database (library and ``saga``)             ``sqlite:///saga.db``
-``SAGA_LEASE_TTL``         a coordinator's lease (``30s``, ``2m``, ``45``)  ``30s``
-``SAGA_APP``               ``saga --app``: modules to import, space list    none
-``SAGA_WORKER_INTERVAL``   ``saga worker --interval``                      ``5s``
-``SAGA_WORKER_BATCH``      ``saga worker --batch``                         ``20``
-``SAGA_LOG_FORMAT``        ``saga worker --log-format`` (text or json)     none
-``SAGA_LOG_FILE``          ``saga worker --log-file``                      none
-``SAGA_METRICS_PORT``      ``saga worker --metrics-port``                  none
-``SAGA_METRICS_HOST``      ``saga worker --metrics-host``                  ``127.0.0.1``
-=========================  ==============================================  =========
+===========================  ===============================================  =====================
+variable                     what                                             default
+===========================  ===============================================  =====================
+``SAGA_DATABASE_URL``        the database (library and ``saga``)              ``sqlite:///saga.db``
+``SAGA_LEASE_TTL``           a coordinator's lease (``30s``, ``2m``, ``45``)  ``30s``
+``SAGA_APP``                 ``saga --app``: modules to import, space list    none
+``SAGA_WORKER_INTERVAL``     ``saga worker --interval``                       ``5s``
+``SAGA_WORKER_BATCH``        ``saga worker --batch``                          ``20``
+``SAGA_WORKER_CONCURRENCY``  ``saga worker --concurrency``                    ``4``
+``SAGA_LOG_FORMAT``          ``saga worker --log-format`` (text or json)      none
+``SAGA_LOG_FILE``            ``saga worker --log-file``                       none
+``SAGA_METRICS_PORT``        ``saga worker --metrics-port``                   none
+``SAGA_METRICS_HOST``        ``saga worker --metrics-host``                   ``127.0.0.1``
+===========================  ===============================================  =====================
 
 An argument given in code or on the command line wins over the environment.
 """

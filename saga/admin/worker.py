@@ -6,6 +6,7 @@ import dataclasses
 import http.server
 import threading
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import tenacity
 
@@ -13,6 +14,7 @@ from saga.admin.facts import human_duration, json_value
 from saga.admin.recovery import LOST_REASON
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError, StorageError
+from saga.recovery import RecoveryOutcome, RecoveryReport
 
 
 @dataclasses.dataclass
@@ -30,36 +32,42 @@ def run_worker(
     *,
     interval: float = 5.0,
     batch: int = 20,
+    concurrency: int = 4,
     log: Callable[[str], None] = print,
+    stats: WorkerStats | None = None,
 ) -> WorkerStats:
     """Recover stuck sagas every ``interval`` seconds until ``stop`` is set.
 
-    Several workers may share a database: claims skip what another holds.
-    The stop flag is checked between sagas, so a worker that is told to stop
-    finishes the saga in hand (leaving nothing claimed) and returns. While the
-    database is unreachable it backs off (tenacity) and logs one line a try.
+    Several workers may share a database: claims skip what another holds. Up to
+    ``concurrency`` sagas are finished at once, each in a thread of its own. The
+    stop flag is checked between sagas, so a worker that is told to stop finishes
+    the sagas in hand (leaving nothing claimed) and returns. While the database is
+    unreachable it backs off (tenacity) and logs one line a try.
     """
-    if interval <= 0 or batch < 1:
-        raise ConfigurationError("--interval must be positive and --batch at least 1")
-    stats = WorkerStats()
-    log(f"worker {coord.owner} recovering on {coord.store.url} every {human_duration(interval)}")
+    if interval <= 0 or batch < 1 or concurrency < 1:
+        raise ConfigurationError(
+            "--interval must be positive, --batch and --concurrency at least 1"
+        )
+    stats = stats if stats is not None else WorkerStats()
+    log(
+        f"worker {coord.owner} recovering on {coord.store.url} every {human_duration(interval)}"
+        f", {concurrency} saga(s) at a time"
+    )
+    pass_ = _Pass(coord, stop, batch, concurrency, log, stats)
     while not stop.is_set():
-        handled = _pass_with_backoff(coord, stop, interval, batch, log, stats)
+        handled = _pass_with_backoff(pass_, interval)
         stats.passes += 1
+        if stats.passes == 1:
+            log(f"worker {coord.owner} ready: the database answers and the schema is current")
         if handled < batch:  # caught up: rest; a full batch means more may be waiting
             stop.wait(interval)
     log(f"worker {coord.owner} stopped after recovering {stats.recovered} saga(s)")
     return stats
 
 
-def _pass_with_backoff(
-    coord: Coordinator,
-    stop: threading.Event,
-    interval: float,
-    batch: int,
-    log: Callable[[str], None],
-    stats: WorkerStats,
-) -> int:
+def _pass_with_backoff(pass_: _Pass, interval: float) -> int:
+    stop, log = pass_.stop, pass_.log
+
     def tell(state: tenacity.RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome else None
         wait = state.next_action.sleep if state.next_action else 0.0
@@ -74,7 +82,7 @@ def _pass_with_backoff(
         reraise=True,
     )
     try:
-        return retrying(_recovery_pass, coord, stop, batch, log, stats)
+        return retrying(pass_.run)
     except StorageError:
         if stop.is_set():
             return 0
@@ -86,42 +94,61 @@ def _pause(stop: threading.Event, seconds: float) -> None:
     stop.wait(seconds)
 
 
-def _recovery_pass(
-    coord: Coordinator,
-    stop: threading.Event,
-    batch: int,
-    log: Callable[[str], None],
-    stats: WorkerStats,
-) -> int:
-    """Recover up to ``batch`` sagas one at a time, so a stop request waits for one saga only."""
-    handled = 0
-    while handled < batch and not stop.is_set():
-        outcomes = coord.recover(limit=1).outcomes
-        if not outcomes:
-            break
-        outcome = outcomes[0]
-        handled += 1
+@dataclasses.dataclass
+class _Pass:
+    """One pass: claim and finish up to ``batch`` stuck sagas, ``concurrency`` at once."""
+
+    coord: Coordinator
+    stop: threading.Event
+    batch: int
+    concurrency: int
+    log: Callable[[str], None]
+    stats: WorkerStats
+
+    def run(self) -> int:
+        """How many sagas this pass handled (fewer than ``batch``: it caught up)."""
+        handled, more = 0, True
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="saga-worker") as pool:
+            running: set[Future[RecoveryReport]] = set()
+            while running or (more and handled < self.batch and not self.stop.is_set()):
+                while more and len(running) < self.concurrency and not self.stop.is_set():
+                    if handled + len(running) >= self.batch:
+                        break
+                    running.add(pool.submit(self.coord.recover, limit=1))
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    outcomes = future.result().outcomes  # a dead database ends the pass
+                    if not outcomes or not self._told(outcomes[0]):
+                        more = False  # caught up, or a refused saga: wait for the next pass
+                    handled += len(outcomes)
+        return handled
+
+    def _told(self, outcome: RecoveryOutcome) -> bool:
+        """Count and log ``outcome``; False for a refused saga (released for a better-
+        equipped process, claimable again at once: not worth spinning on)."""
         if outcome.lost:  # not claimable again: its new owner's lease is live
-            stats.lost += 1
-            log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
-            continue
+            self.stats.lost += 1
+            self.log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
+            return True
         if outcome.error is None:
-            stats.recovered += 1
-            log(f"saga {outcome.saga_id} ({outcome.name}): {json_value(outcome.status)}")
-            continue
-        stats.errors += 1
-        log(f"saga {outcome.saga_id} ({outcome.name}) not recovered: {outcome.error}")
-        # A refused saga is released for a better-equipped process and is
-        # claimable again at once: wait for the next pass rather than spin on it.
-        break
-    return handled
+            self.stats.recovered += 1
+            self.log(f"saga {outcome.saga_id} ({outcome.name}): {json_value(outcome.status)}")
+            return True
+        self.stats.errors += 1
+        self.log(f"saga {outcome.saga_id} ({outcome.name}) not recovered: {outcome.error}")
+        return False
 
 
 def serve_worker_metrics(
-    coord: Coordinator, stop: threading.Event, port: int, host: str = "127.0.0.1"
+    coord: Coordinator,
+    stop: threading.Event,
+    port: int,
+    host: str = "127.0.0.1",
+    stats: WorkerStats | None = None,
 ) -> http.server.ThreadingHTTPServer:
     """Count what ``coord`` does (``saga.metrics``) and serve it on ``host:port``;
-    ``/healthz`` answers 200 while the worker has not stopped and the store answers."""
+    ``/healthz`` answers 200 once the worker made its first pass (``stats``), while it
+    has not stopped and the store answers."""
     try:
         from saga import metrics
     except ImportError:
@@ -132,6 +159,8 @@ def serve_worker_metrics(
     watcher.watch(coord)
 
     def healthy() -> bool:
+        if stats is not None and stats.passes == 0:
+            return False  # not ready yet
         coord.store.now()  # raises while the database does not answer
         return not stop.is_set()
 

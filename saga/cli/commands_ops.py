@@ -24,6 +24,7 @@ from saga.cli.session import (
     FAILED,
     OK,
     Session,
+    named,
     printable,
     reporting,
     scrub,
@@ -117,7 +118,8 @@ def compensate_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Unwind a saga now (refused past its pivot or once it finished)."""
-    _act(ctx, json_output, lambda coord: admin.compensate(coord, admin.target(saga_id, key, name)))
+    ref = named(ctx, json_output, saga_id, key, name)
+    _act(ctx, json_output, lambda coord: admin.compensate(coord, ref))
 
 
 @app.command("resume")
@@ -129,7 +131,8 @@ def resume_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Carry a stuck declarative saga forward now (needs --app)."""
-    _act(ctx, json_output, lambda coord: admin.resume(coord, admin.target(saga_id, key, name)))
+    ref = named(ctx, json_output, saga_id, key, name)
+    _act(ctx, json_output, lambda coord: admin.resume(coord, ref))
 
 
 @app.command("cancel")
@@ -141,7 +144,8 @@ def cancel_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Stop a running saga at its next step boundary and unwind it."""
-    _act(ctx, json_output, lambda coord: admin.cancel(coord, admin.target(saga_id, key, name)))
+    ref = named(ctx, json_output, saga_id, key, name)
+    _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
 
 
 @app.command("retry-compensation")
@@ -153,8 +157,8 @@ def retry_compensation_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
-    ref = (saga_id, key, name)
-    _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, admin.target(*ref)))
+    ref = named(ctx, json_output, saga_id, key, name)
+    _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, ref))
 
 
 @app.command("mark-compensated")
@@ -218,6 +222,15 @@ def worker_command(
             envvar="SAGA_WORKER_INTERVAL",
         ),
     ] = "5s",
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            "--concurrency",
+            help="Finish this many stuck sagas at once.",
+            metavar="N",
+            envvar="SAGA_WORKER_CONCURRENCY",
+        ),
+    ] = 4,
     batch: Annotated[
         int,
         typer.Option(
@@ -285,11 +298,20 @@ def worker_command(
         log = _worker_log(session, log_format, log_file)
         coord = session.coordinator()
         stop = threading.Event()
+        stats = admin.WorkerStats()
         with (
-            _serving_metrics(coord, stop, metrics_port, metrics_host, log),
+            _serving_metrics(coord, stop, metrics_port, metrics_host, log, stats),
             _stopping_on_signals(stop, log),
         ):
-            admin.run_worker(coord, stop, interval=seconds, batch=batch, log=log)
+            admin.run_worker(
+                coord,
+                stop,
+                interval=seconds,
+                batch=batch,
+                concurrency=concurrency,
+                log=log,
+                stats=stats,
+            )
 
 
 @contextlib.contextmanager
@@ -299,13 +321,14 @@ def _serving_metrics(
     port: int | None,
     host: str,
     log: Callable[[str], None],
+    stats: admin.WorkerStats,
 ) -> Iterator[None]:
     """With ``--metrics-port``, serve the worker's metrics while it runs; /healthz is
     ready while the worker loop runs and the store answers."""
     if port is None:
         yield
         return
-    server = admin.serve_worker_metrics(coord, stop, port, host)
+    server = admin.serve_worker_metrics(coord, stop, port, host, stats)
     log(f"metrics on http://{host}:{server.server_port}/metrics")
     try:
         yield

@@ -13,7 +13,7 @@ import typer
 from saga import admin
 from saga.cli.options import JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
 from saga.cli.render import render_detail, render_diff, render_page, render_timeline
-from saga.cli.session import respond
+from saga.cli.session import named, respond
 from saga.coordinator import Coordinator
 
 
@@ -75,8 +75,10 @@ def show_command(
 ) -> None:
     """One saga: its input and success stack, with the in-doubt step and the pivot marked."""
 
+    ref = named(ctx, json_output, saga_id, key, name)
+
     def show(coord: Coordinator) -> admin.SagaDetail:
-        return admin.show_saga(coord, admin.target(saga_id, key, name))
+        return admin.show_saga(coord, ref)
 
     respond(ctx, json_output, show, render_detail)
 
@@ -91,8 +93,10 @@ def history_command(
 ) -> None:
     """The saga's events, oldest first, with timestamps and durations."""
 
+    ref = named(ctx, json_output, saga_id, key, name)
+
     def history(coord: Coordinator) -> admin.Timeline:
-        return admin.saga_history(coord, admin.target(saga_id, key, name))
+        return admin.saga_history(coord, ref)
 
     respond(ctx, json_output, history, render_timeline)
 

@@ -149,6 +149,16 @@ class Reply(Protocol):
 R = TypeVar("R", bound=Reply)
 
 
+def named(
+    ctx: typer.Context, json_output: bool, saga_id: str | None, key: str | None, name: str | None
+) -> admin.SagaRef:
+    """The saga ``ID`` or ``--key K [--name N]`` names, checked before the database is
+    opened (bad input changes nothing and touches nothing)."""
+    with reporting(session_of(ctx), json_output):
+        return admin.target(saga_id, key, name)
+    raise AssertionError("unreachable: reporting exits")  # pragma: no cover
+
+
 def respond(
     ctx: typer.Context,
     json_output: bool,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any
 
 from saga import RetryPolicy, Saga, StepContext
@@ -86,3 +87,21 @@ def debit(account: str, amount: int) -> dict[str, Any]:
 
 def credit_back(result: dict[str, Any] | None, account: str, amount: int) -> None:
     """Idempotent: crediting back what was never debited is a no-op."""
+
+
+GATHERED = Saga("cli-gathered")
+"""One step, ``gather``, that dies in its first process and, in the process that recovers
+it, returns only once ``data["parties"]`` sagas run it at the same time."""
+_BARRIERS: dict[int, threading.Barrier] = {}
+_BARRIERS_LOCK = threading.Lock()
+
+
+@GATHERED.step(retry=RetryPolicy(max_attempts=2))  # its first attempt dies with its process
+def gather(ctx: StepContext) -> str:
+    if ctx.epoch == 1:
+        raise SimulatedCrash("gather")
+    parties = int(ctx.data["parties"])
+    with _BARRIERS_LOCK:
+        barrier = _BARRIERS.setdefault(parties, threading.Barrier(parties, timeout=120))
+    barrier.wait()  # BrokenBarrierError (the saga fails) unless they are all in flight at once
+    return "gathered"

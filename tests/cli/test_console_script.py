@@ -136,4 +136,7 @@ def test_python_dash_m_and_usage_errors_are_one_line(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 2
-    assert "Missing argument 'ID'" in one_error_line(result.stderr)
+    # Before the database is looked at (there is none here): the saga was not named.
+    assert "name the saga: an ID (or its first characters) or --key" in one_error_line(
+        result.stderr
+    )
