@@ -35,7 +35,6 @@ REFUSED = [
     (86_401, "lease_ttl 86401s is out of range"),
     (1e12, "lease_ttl 1e+12s is out of range"),
     ("30", "lease_ttl must be a number of seconds, not '30'"),
-    (None, "lease_ttl must be a number of seconds, not None"),
     (True, "lease_ttl must be a number of seconds, not True"),
 ]
 WHAT_TO_DO = "pass a number of seconds from 0.1 to 86400 (one day)"
@@ -83,3 +82,11 @@ def test_the_heartbeat_renews_well_inside_every_accepted_lease(ttl: float) -> No
 def test_the_check_names_the_setting_it_is_given_for() -> None:
     with pytest.raises(ConfigurationError, match=r"^--lease-ttl must be positive"):
         check_lease_ttl(0.0, "--lease-ttl")
+
+
+def test_no_lease_given_means_the_environment_or_thirty_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SAGA_LEASE_TTL", raising=False)
+    with Coordinator(store=InMemorySagaStore(), lease_ttl=None) as coord:
+        assert coord.lease_ttl == 30.0
