@@ -39,6 +39,7 @@ from saga.policy import RetryPolicy
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.scope import SagaScope
 from saga.status import SagaStatus, StepKind, StepStatus
+from saga.transient import is_transient
 from saga.views import SagaView, StepView
 
 __version__ = "0.1.0"
@@ -84,4 +85,5 @@ __all__ = [
     "UnknownSagaError",
     "UnsafeReferenceError",
     "current_step",
+    "is_transient",
 ]
