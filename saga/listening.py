@@ -54,8 +54,7 @@ Listener = Callable[["SagaEvent"], Any]
 
 DEFAULT_QUEUE_SIZE = 10_000
 
-# Which earlier event starts the span of time an event ends: its ``duration``.
-_STARTED_BY = {
+ATTEMPT_ENDS = {
     "step_succeeded": "step",
     "attempt_failed": "step",
     "step_failed": "step",
@@ -64,8 +63,10 @@ _STARTED_BY = {
     "compensation_failed": "undo",
     "compensation_attempt_failed": "undo",
 }
-_STARTS = {"step_started": "step", "compensation_started": "undo"}
-_SAGA_ENDS = frozenset(
+"""The events that end an attempt, of a step (``"step"``) or of its compensation
+(``"undo"``): their ``duration`` runs from the matching one of :data:`ATTEMPT_STARTS`."""
+ATTEMPT_STARTS = {"step_started": "step", "compensation_started": "undo"}
+SAGA_ENDS = frozenset(
     f"saga_{s.value}"
     for s in (
         SagaStatus.COMPLETED,
@@ -74,6 +75,7 @@ _SAGA_ENDS = frozenset(
         SagaStatus.CANCELLED,
     )
 )
+"""The events that end a saga."""
 
 
 class SagaEvent(NamedTuple):
@@ -349,17 +351,17 @@ class Listeners:
         began = self._began.setdefault(saga_id, {})
         if kind in ("saga_started", "lease_claimed"):
             began.setdefault((None, "saga"), now)
-        elif kind in _STARTS:
-            began[(event.step, _STARTS[kind])] = now
-        elif kind in _STARTED_BY or kind == "retry_scheduled":
+        elif kind in ATTEMPT_STARTS:
+            began[(event.step, ATTEMPT_STARTS[kind])] = now
+        elif kind in ATTEMPT_ENDS or kind == "retry_scheduled":
             # A retry is told when its attempt failed: that attempt's time ends there
             # (its ``attempt_failed``, recorded with the next start, then has none).
-            part = _STARTED_BY.get(kind) or (
+            part = ATTEMPT_ENDS.get(kind) or (
                 "undo" if (event.detail or {}).get("compensating") else "step"
             )
             since = began.pop((event.step, part), None)
             return None if since is None else now - since
-        elif kind in _SAGA_ENDS or kind == "lease_lost":
+        elif kind in SAGA_ENDS or kind == "lease_lost":
             since = self._began.pop(saga_id, {}).get((None, "saga"))
             return None if since is None or kind == "lease_lost" else now - since
         return None

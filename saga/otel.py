@@ -31,20 +31,9 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from saga.context import StepContext
-from saga.listening import SagaEvent
+from saga.listening import ATTEMPT_ENDS, ATTEMPT_STARTS, SAGA_ENDS, SagaEvent
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_ATTEMPT_ENDS = {
-    "step_succeeded": "step",
-    "attempt_failed": "step",
-    "step_failed": "step",
-    "step_in_doubt": "step",
-    "compensation_done": "undo",
-    "compensation_failed": "undo",
-    "compensation_attempt_failed": "undo",
-}
-_ATTEMPT_STARTS = {"step_started": "step", "compensation_started": "undo"}
-_SAGA_ENDS = frozenset(["saga_completed", "saga_compensated", "saga_failed", "saga_cancelled"])
 _CLAIMS = frozenset(["lease_claimed", "operator_action"])
 
 
@@ -87,14 +76,14 @@ class TracingListener:
             self._note(event, "cancel requested")  # a request: the owner honours it
         elif kind in _CLAIMS:
             self._claimed(event)
-        elif kind in _ATTEMPT_STARTS:
-            self._attempt_started(event, _ATTEMPT_STARTS[kind])
-        elif kind in _ATTEMPT_ENDS:
-            self._attempt_ended(event, _ATTEMPT_ENDS[kind])
+        elif kind in ATTEMPT_STARTS:
+            self._attempt_started(event, ATTEMPT_STARTS[kind])
+        elif kind in ATTEMPT_ENDS:
+            self._attempt_ended(event, ATTEMPT_ENDS[kind])
         elif kind == "retry_scheduled":
             part = "undo" if (event.detail or {}).get("compensating") else "step"
             self._attempt_ended(event, part, retry=True)
-        elif kind in _SAGA_ENDS or kind == "lease_lost":
+        elif kind in SAGA_ENDS or kind == "lease_lost":
             self._saga_ended(event)
         elif kind == "saga_compensating":
             self._note(event, "saga compensating")
