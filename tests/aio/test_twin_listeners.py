@@ -2,6 +2,7 @@
 same events, in the same order, told after the same records."""
 
 from tests.integration.test_listeners import (
+    test_a_context_manager_saga_tells_its_story_and_its_reentry,
     test_a_failing_saga_tells_its_whole_story_in_order,
     test_a_hanging_listener_never_holds_a_saga_and_drops_past_its_queue,
     test_a_raising_listener_is_logged_once_and_counted,
@@ -13,6 +14,7 @@ from tests.integration.test_listeners import (
 )
 
 __all__ = [
+    "test_a_context_manager_saga_tells_its_story_and_its_reentry",
     "test_a_failing_saga_tells_its_whole_story_in_order",
     "test_a_hanging_listener_never_holds_a_saga_and_drops_past_its_queue",
     "test_a_raising_listener_is_logged_once_and_counted",

@@ -21,6 +21,7 @@ from saga import (
     StepContext,
 )
 from saga.ports import Event
+from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.steps import Crash
 from tests.integration.support import expire_lease, sql_store
@@ -328,3 +329,32 @@ def test_step_scope_is_current_inside_every_step_and_compensation(
         coord.run(saga)
     assert seen == ["plain#1", "timed#1", "timed#1"]
     assert TRACE.get() is None
+
+
+def test_a_context_manager_saga_tells_its_story_and_its_reentry(
+    make_coord: MakeCoordinator,
+) -> None:
+    told = Recorder()
+    first = make_coord(listeners=[told], lease_ttl=600)
+    with pytest.raises(Crash), first.saga("listen-cm", key="t-1") as s:  # noqa: PT012
+        s.step(steps.debit, "alice", 10, compensate=steps.refund)
+        raise Crash("the process dies between steps")
+    assert told.kinds(s.id) == [
+        ("saga_started", None, None),
+        ("step_started", "debit", 1),
+        ("step_succeeded", "debit", 1),
+    ]
+    again = Recorder()
+    second = make_coord(listeners=[again])
+    expire_lease(second, s.id)
+    with second.saga("listen-cm", key="t-1") as resumed:
+        resumed.step(steps.debit, "alice", 10, compensate=steps.refund)  # replayed
+        resumed.step(steps.credit, "bob", 10, compensate=steps.uncredit)
+    kinds = again.kinds(s.id)
+    assert kinds[0] == ("lease_claimed", None, None)
+    assert again.events[0].detail == {"why": "re-entered"}
+    assert kinds[1:] == [
+        ("step_started", "credit", 1),
+        ("step_succeeded", "credit", 1),
+        ("saga_completed", None, None),
+    ]
