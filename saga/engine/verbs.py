@@ -198,6 +198,8 @@ class Verbs:
             if epoch is None:
                 return
             noted = yield StoreCall(lambda store: store.record_fenced_event(saga_id, epoch, event))
+            if noted and record is not None:
+                yield Tell(record, (event,))
             if noted:
                 yield from self.release(saga_id)
         except Exception:  # noqa: S110 - reporting must not hide the first error

@@ -12,6 +12,7 @@ from saga import (
     Coordinator,
     RecoveryReport,
     Saga,
+    SagaEvent,
     SagaStatus,
     StepContext,
     StepStatus,
@@ -204,10 +205,14 @@ def test_an_untrusted_reference_is_refused_and_the_others_recover(
     # The older step's reference is forged: no compensation may run, not even the newer one's.
     set_compensation_ref(dead, bad, "debit", forged)
     calls_before = list(steps.CALLS)
+    told: list[SagaEvent] = []
     recoverer = make_coord(lease_ttl=0.3)
+    recoverer.add_listener(told.append, inline=True)
     wait_until_expired(recoverer, good)
     report = recoverer.recover()
 
+    refusal = [e for e in told if e.kind == "recovery_refused"]
+    assert [(e.saga_id, e.durable) for e in refusal] == [(bad, True)]  # told, after its record
     by_id = {o.saga_id: o for o in report.outcomes}
     assert by_id[good].status is SagaStatus.COMPENSATED
     assert by_id[good].error is None
