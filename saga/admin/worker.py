@@ -32,7 +32,7 @@ def run_worker(
     *,
     interval: float = 5.0,
     batch: int = 20,
-    concurrency: int = 4,
+    concurrency: int = 1,
     log: Callable[[str], None] = print,
     stats: WorkerStats | None = None,
 ) -> WorkerStats:
@@ -107,6 +107,8 @@ class _Pass:
 
     def run(self) -> int:
         """How many sagas this pass handled (fewer than ``batch``: it caught up)."""
+        if self.concurrency == 1:
+            return self._one_at_a_time()
         handled, more = 0, True
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="saga-worker") as pool:
             running: set[Future[RecoveryReport]] = set()
@@ -121,6 +123,18 @@ class _Pass:
                     if not outcomes or not self._told(outcomes[0]):
                         more = False  # caught up, or a refused saga: wait for the next pass
                     handled += len(outcomes)
+        return handled
+
+    def _one_at_a_time(self) -> int:
+        """In the calling thread, one saga after another (``--concurrency 1``)."""
+        handled = 0
+        while handled < self.batch and not self.stop.is_set():
+            outcomes = self.coord.recover(limit=1).outcomes
+            if not outcomes:
+                break
+            handled += 1
+            if not self._told(outcomes[0]):
+                break
         return handled
 
     def _told(self, outcome: RecoveryOutcome) -> bool:
