@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Callable
 
 _armed: dict[tuple[str, str | None], int] = {}
@@ -89,7 +90,19 @@ def point(name: str, step: str | None) -> None:
                 if callable(_signal) and not isinstance(_signal, signal.Signals):
                     _signal()
                 else:
-                    os.kill(os.getpid(), _signal)
+                    signal_here(_signal)
+
+
+def signal_here(number: signal.Signals) -> None:
+    """Send ``number`` (SIGKILL, SIGSTOP) to this process through the calling thread.
+
+    ``os.kill(os.getpid(), ...)`` lets the kernel hand a stop to any thread; the others,
+    this one included, run on until that thread gets round to stopping them, and a
+    step's thread has been seen to commit its success and start the next step in that
+    gap. Directed at the calling thread, the process stops (or dies) before this
+    function returns.
+    """
+    signal.pthread_kill(threading.get_ident(), number)
 
 
 arm(os.environ.get("SAGA_FAULTS", ""))

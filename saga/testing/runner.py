@@ -50,7 +50,7 @@ def _freeze() -> None:
     lock would block every other process), then stop until continued (SIGCONT)."""
     for coord in _owners:
         coord.heartbeat.stop()
-    os.kill(os.getpid(), signal.SIGSTOP)
+    faults.signal_here(signal.SIGSTOP)
 
 
 def job(args: dict[str, Any]) -> None:

@@ -38,12 +38,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from saga import AsyncCoordinator, Coordinator, LeaseLostError, RecoveryReport, SagaFailed
-from saga.ports import Renewal, SagaStore
+from saga.ports import SagaStore
 from tests import children
 from tests.children import arg, recover_until_settled, report
 from tests.faults import sagas
@@ -66,18 +66,30 @@ def recoverer(url: str, lease_ttl: float = 10.0) -> Coordinator:
     return children.recoverer(url, [sagas.__name__], lease_ttl)
 
 
-def freeze_between_renewals(store: SagaStore) -> None:
-    """Renew leases under :data:`tests.faults.sagas.FREEZE_GUARD`, so a step that freezes
-    its process never does so while the heartbeat is inside a renewal: a process frozen
-    there would hold SQLite's write lock (or the saga's row lock on PostgreSQL) and keep
-    every other recoverer from the saga."""
-    renew_many = store.renew_many
+STORE_CALLS = (
+    "create", "commit", "renew_many", "claim", "claim_expired", "transact",
+    "request_cancel", "record_event", "record_fenced_event",
+    "load", "find", "list", "events", "now",
+)  # fmt: skip
+"""The store's calls that open a transaction on the database."""
 
-    def guarded(held: Mapping[str, int], lease_ttl: float) -> Renewal:
+
+def freeze_between_store_calls(store: SagaStore) -> None:
+    """Make every store call under :data:`tests.faults.sagas.FREEZE_GUARD`, so a step that
+    freezes its process never does so while another of its threads (the heartbeat, the
+    worker's other sagas) is inside a transaction: a process frozen there would hold
+    SQLite's write lock (or a row lock on PostgreSQL) and keep every other recoverer
+    from the database, which is not the zombie these tests are about."""
+    for name in STORE_CALLS:
+        setattr(store, name, _guarded(getattr(store, name)))
+
+
+def _guarded(call: Callable[..., Any]) -> Callable[..., Any]:
+    def guarded(*args: Any, **kwargs: Any) -> Any:
         with sagas.FREEZE_GUARD:
-            return renew_many(held, lease_ttl)
+            return call(*args, **kwargs)
 
-    store.renew_many = guarded  # type: ignore[method-assign]
+    return guarded
 
 
 def seed(url: str, ledger: str, count: int, cm: int, saga: str, how: dict[str, Any]) -> None:
@@ -105,7 +117,7 @@ def recover_all(
         if use_async:
             owner, outcomes = asyncio.run(_recover_async(url, lease))
         else:
-            freeze_between_renewals(coord.store)
+            freeze_between_store_calls(coord.store)
             owner = coord.owner
             outcomes = coord.recover().outcomes if once else recover_until_settled(coord, timeout)
         children.report_outcomes(owner, outcomes)
@@ -114,7 +126,7 @@ def recover_all(
 async def _recover_async(url: str, lease: float) -> tuple[str, list[Any]]:
     trusted = [sagas.__name__]
     async with AsyncCoordinator(url, lease_ttl=lease, trusted_modules=trusted) as coord:
-        freeze_between_renewals(coord.sync.store)
+        freeze_between_store_calls(coord.sync.store)
         recovered: RecoveryReport = await coord.recover()
         return coord.owner, recovered.outcomes
 
@@ -124,13 +136,14 @@ def admin_recover(url: str, lease: float) -> None:
     from saga.admin import recover
 
     with recoverer(url, lease) as coord:
-        freeze_between_renewals(coord.store)
+        freeze_between_store_calls(coord.store)
         summary = recover(coord)
         report(owner=coord.owner, **summary.as_json())
 
 
-def worker(url: str, lease: float) -> None:
-    """``saga worker``'s loop until SIGTERM; its lines on stderr, then all of them as JSON."""
+def worker(url: str, lease: float, concurrency: int = 1) -> None:
+    """``saga worker``'s loop until SIGTERM (``--concurrency`` sagas at once); its lines
+    on stderr, then all of them as JSON."""
     from saga.admin import run_worker
 
     stop, lines = threading.Event(), []
@@ -141,8 +154,8 @@ def worker(url: str, lease: float) -> None:
         print(line, file=sys.stderr, flush=True)
 
     with recoverer(url, lease) as coord:
-        freeze_between_renewals(coord.store)
-        stats = run_worker(coord, stop, interval=0.05, log=log)
+        freeze_between_store_calls(coord.store)
+        stats = run_worker(coord, stop, interval=0.05, concurrency=concurrency, log=log)
         report(owner=coord.owner, log=lines, stats=dataclasses.asdict(stats))
 
 
@@ -207,8 +220,16 @@ def command_line() -> children.CommandLine:
     )
     paused = (arg("url"), arg("--paused", required=True), arg("--go", required=True))
     commands.add("paused-recover", paused_recover, *paused)
-    for name, run in (("admin-recover", admin_recover), ("worker", worker)):
-        commands.add(name, run, arg("url"), arg("--lease", type=float, default=10.0))
+    commands.add(
+        "admin-recover", admin_recover, arg("url"), arg("--lease", type=float, default=10.0)
+    )
+    commands.add(
+        "worker",
+        worker,
+        arg("url"),
+        arg("--lease", type=float, default=10.0),
+        arg("--concurrency", type=int, default=1),
+    )
     return commands
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import Column, MetaData, String, Table, delete, insert
 from sqlalchemy.pool import NullPool
 
-from saga import RetryPolicy, Saga, StepContext, current_step
+from saga import RetryPolicy, Saga, StepContext, current_step, faults
 from tests import postgres
 from tests.crash import ledger
 
@@ -68,10 +68,11 @@ def _wait_for(gate: str) -> None:
         time.sleep(0.005)
 
 
-FREEZE_GUARD = threading.Lock()
-"""Held by a step while it stops its process. A child that takes it around its
-heartbeat's renewals (:func:`tests.faults.child.freeze_between_renewals`) is never
-frozen inside one, holding SQLite's write lock or a PostgreSQL row lock."""
+FREEZE_GUARD = threading.RLock()
+"""Held by a step while it stops its process. A child that takes it around its store
+calls (:func:`tests.faults.child.freeze_between_store_calls`) is never frozen inside
+one, holding SQLite's write lock or a PostgreSQL row lock. Reentrant: a transactional
+step freezes inside its own store call (``transact``)."""
 
 
 def _freezes_now(data: dict[str, Any], ctx: StepContext) -> bool:
@@ -92,7 +93,7 @@ def act(data: dict[str, Any], ctx: StepContext) -> dict[str, Any]:
     ledger.do(book, ctx.saga_id, step, ctx.idempotency_key, ctx.attempt, ctx.epoch)
     if data.get("freeze") == step and _freezes_now(data, ctx):
         with FREEZE_GUARD:
-            os.kill(os.getpid(), signal.SIGSTOP)
+            faults.signal_here(signal.SIGSTOP)
     if data.get("fail") == step:
         raise StepFailure(f"{step} failed after acting")
     return {"step": step, "key": ctx.idempotency_key}
@@ -225,7 +226,7 @@ TRANSACTIONAL = Saga("faults-tx")
 def reserve(ctx: StepContext) -> dict[str, Any]:
     ctx.session.execute(insert(effects).values(key=ctx.idempotency_key, saga_id=ctx.saga_id))
     if ctx.data.get("freeze") == ctx.step and ctx.attempt == 1:  # frozen mid-transaction
-        os.kill(os.getpid(), signal.SIGSTOP)
+        faults.signal_here(signal.SIGSTOP)
     return {"reserved": ctx.idempotency_key}
 
 

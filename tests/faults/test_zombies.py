@@ -327,15 +327,17 @@ def test_saga_recover_reports_a_saga_lost_mid_step_and_writes_nothing(
         _nothing_from_the_frozen_one(url, coord, ledger_path, view, str(summary["owner"]))
 
 
+@pytest.mark.parametrize("concurrency", [1, 4], ids=["one-at-a-time", "threaded"])
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
 def test_saga_worker_logs_a_saga_lost_mid_step_and_writes_nothing(
-    backend: str, url: str, ledger_path: str, tmp_path: Path
+    backend: str, concurrency: int, url: str, ledger_path: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "frozen-recoverer.log"
+    command = ["worker", "--concurrency", str(concurrency)]
     with (
-        _frozen_recoverer(url, ledger_path, tmp_path, ["worker"]) as worker,
+        _frozen_recoverer(url, ledger_path, tmp_path, command) as worker,
         recoverer(url) as coord,
     ):
         view = _take_over(coord)
