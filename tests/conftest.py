@@ -1,9 +1,11 @@
 """Shared fixtures: one SQLite file or one PostgreSQL schema per test.
 
-The run's PostgreSQL (tests/postgres.py) is found, or started, once, as soon
-as the collected tests include one that needs it, and one line at the start
-says which it is; without one, every PostgreSQL test skips with the same
-reason, shown as one line of the summary.
+The run's PostgreSQL (tests/postgres.py) is found, or started, once, and one
+line at the start says which it is: under pytest-xdist by the controlling
+process before its workers start (they are handed its URL, so an embedded
+server is started once, not once per worker); in one process (``-n 0``) as
+soon as the collected tests include one that needs it. Without one, every
+PostgreSQL test skips with the same reason, shown as one line of the summary.
 
 Defined here once for every suite: the choice of a store's URL from a
 backend's name (:func:`store_url`, :func:`another_store`), the fork server
@@ -39,22 +41,48 @@ def _needs_postgres(item: pytest.Item) -> bool:
     return "postgres_server" in fixtures or item.get_closest_marker("postgres") is not None
 
 
+_HANDED = ("saga_postgres_url", "saga_postgres_how")
+"""What an xdist worker is handed of the controller's server (``workerinput`` keys)."""
+
+
 def _server(config: pytest.Config) -> postgres.Found:
-    """The run's PostgreSQL, found (or started) on first use, stopped at the end."""
+    """The run's PostgreSQL, found (or started) on first use, stopped at the end; an
+    xdist worker's is the one its controller found."""
     if _SERVER not in config.stash:
-        stack = config.stash.setdefault(_EXIT, contextlib.ExitStack())
-        config.stash[_SERVER] = stack.enter_context(postgres.server_url())
+        handed = getattr(config, "workerinput", {})
+        if _HANDED[0] in handed:
+            url, how = handed[_HANDED[0]], handed[_HANDED[1]]
+            config.stash[_SERVER] = postgres.Found(url or None, how)
+        else:
+            stack = config.stash.setdefault(_EXIT, contextlib.ExitStack())
+            config.stash[_SERVER] = stack.enter_context(postgres.server_url())
     return config.stash[_SERVER]
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if not any(_needs_postgres(item) for item in session.items):
-        return
-    found = _server(session.config)
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+def _say_which(config: pytest.Config, found: postgres.Found) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         shown = found.how if found.url else f"none ({found.how})"
         reporter.write_line(f"PostgreSQL for these tests: {shown}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: object) -> None:
+    """pytest-xdist, in the controller, before each worker starts: hand it the server."""
+    config: pytest.Config = node.config  # type: ignore[attr-defined]
+    first = _SERVER not in config.stash
+    found = _server(config)
+    if first:
+        _say_which(config, found)
+    handed = {_HANDED[0]: found.url or "", _HANDED[1]: found.how}
+    node.workerinput.update(handed)  # type: ignore[attr-defined]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # the controller said which server it found
+    if any(_needs_postgres(item) for item in session.items):
+        _say_which(session.config, _server(session.config))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
