@@ -131,6 +131,23 @@ def wait_until_claimable(coord: Coordinator, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def stopped(process: subprocess.Popen[str]) -> bool:
+    """Whether the process is stopped (SIGSTOP): state ``T`` in /proc."""
+    stat = Path(f"/proc/{process.pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def wait_until_stopped(process: subprocess.Popen[str], timeout: float = 60.0) -> None:
+    """Block until the process stopped itself (SIGSTOP), or fail if it exited first."""
+    deadline = time.monotonic() + timeout
+    while not stopped(process):
+        if process.poll() is not None:
+            raise AssertionError(f"the child exited ({process.returncode}) instead of stopping")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the child did not stop within {timeout:g}s")
+        time.sleep(0.01)
+
+
 def log_tail(log: Path, lines: int = 40) -> str:
     """The end of a child's output, for assertion messages."""
     if not log.exists():

@@ -3,8 +3,6 @@ one is retried by default; a refused login is not."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -22,20 +20,8 @@ from sqlalchemy.engine import make_url
 
 from saga import Coordinator, RetryPolicy, Saga, SagaStatus, StepContext
 from saga.transient import is_transient
-
-MARIADB = {"host": "127.0.0.1", "port": 3306, "user": "root"}
-
-
-def _running(name: str, port: int) -> None:
-    """Skip (with why) unless ``name`` answers on 127.0.0.1:``port``; with
-    ``SAGA_REQUIRE_PARTICIPANTS=1`` (CI) its absence fails the test instead."""
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=5).close()
-    except OSError as error:
-        reason = f"{name} is not running on 127.0.0.1:{port} ({error})"
-        if os.environ.get("SAGA_REQUIRE_PARTICIPANTS") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason + "; set SAGA_REQUIRE_PARTICIPANTS=1 to fail instead")
+from tests.participants import MARIADB
+from tests.participants import running as _running
 
 
 def _raised(action: Callable[[], Any]) -> BaseException:
