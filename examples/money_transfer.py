@@ -3,9 +3,11 @@
 Bank A's database is also the saga store, so the debit is a transactional
 step: the balance update and the step's success record commit together,
 exactly once. Bank B is another database that saga cannot join: the credit
-is at least once, made idempotent by bank B itself, which keeps the
-transfer's key under a unique constraint in the same transaction as the
-balance change. A transfer to a frozen account fails and is unwound (the
+is at least once, made safe by bank B itself, whose effect fence
+(``EffectFence``) records each credit, applied or undone, in the same
+transaction as the balance change: a retried credit changes nothing, and a
+credit that arrives after its transfer was unwound (a frozen process waking
+late) is refused. A transfer to a frozen account fails and is unwound (the
 debit refunded, exactly once again).
 
 The whole story, in one command (SQLite files by default)::
@@ -41,6 +43,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from saga.adapters.integrations.fencing import EffectFence
 from saga.adapters.integrations.sqlalchemy import store_engine
 from sqlalchemy import (
     Boolean,
@@ -59,7 +62,6 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError
 
 from saga import Coordinator, Saga, SagaFailed, SagaStatus, StepContext
 
@@ -80,13 +82,16 @@ accounts = Table(
     Column("balance", Integer, nullable=False),
     Column("frozen", Boolean, nullable=False, default=False),
 )
-movements = Table(  # one row per applied transfer leg, keyed: the bank's idempotency record
+movements = Table(  # one row per applied transfer leg, keyed by the step's idempotency key
     "bank_movements",
     bank,
     Column("key", String(120), primary_key=True),
     Column("account", String(10), nullable=False),
     Column("amount", Integer, nullable=False),
 )
+fence = EffectFence(
+    "bank_effects", metadata=bank
+)  # bank B's record of each credit: applied or undone
 
 
 class InsufficientFundsError(Exception):
@@ -130,7 +135,7 @@ def refund(ctx: StepContext) -> None:
 
 @transfer.step()
 def credit(ctx: StepContext) -> dict[str, Any]:
-    """Bank B (another database): idempotent by the transfer's key, at least once."""
+    """Bank B (another database): at least once, applied once, and never after its undo."""
     target, amount = ctx.data["to"], ctx.data["amount"]
     time.sleep(ctx.data.get("latency", 0))  # the network: where a crash most likely lands
     with bank_b(ctx.data["bank_b"]).begin() as connection:
@@ -139,11 +144,12 @@ def credit(ctx: StepContext) -> dict[str, Any]:
         ).scalar_one()
         if frozen:
             raise AccountFrozenError(f"{target} is frozen")
-        try:
-            move = {"key": ctx.idempotency_key, "account": target, "amount": amount}
-            connection.execute(insert(movements).values(move))
-        except IntegrityError:  # applied before a crash: this retry changes nothing
+        # Applied already (a retry after a crash), or a zombie's late call after the
+        # transfer was unwound: bank B changes nothing.
+        if not fence.forward(connection, ctx):
             return {"credited": amount, "again": True}
+        move = {"key": ctx.idempotency_key, "account": target, "amount": amount}
+        connection.execute(insert(movements).values(move))
         connection.execute(
             update(accounts)
             .where(accounts.c.id == target)
@@ -154,13 +160,12 @@ def credit(ctx: StepContext) -> dict[str, Any]:
 
 @credit.compensation
 def uncredit(ctx: StepContext) -> None:
-    # The credit may have been applied even though it never returned: ask bank B by key.
+    # The credit may have been applied even though it never returned: bank B's fence
+    # knows. Undone or not, it leaves a tombstone that refuses the credit if it comes late.
     target, amount = ctx.data["to"], ctx.data["amount"]
     with bank_b(ctx.data["bank_b"]).begin() as connection:
-        gone = connection.execute(
-            delete(movements).where(movements.c.key == ctx.idempotency_key)
-        ).rowcount
-        if gone:
+        if fence.undo(connection, ctx):
+            connection.execute(delete(movements).where(movements.c.key == ctx.idempotency_key))
             connection.execute(
                 update(accounts)
                 .where(accounts.c.id == target)

@@ -7,6 +7,8 @@
   (needs the ``http`` extra).
 - :mod:`saga.adapters.integrations.outbox`: messages written in a
   transactional step's transaction, published afterwards by a relay.
+- :mod:`saga.adapters.integrations.fencing`: a participant database's record
+  of each effect, applied or undone, that refuses a zombie's late call.
 
 Each module is imported only when asked for; none is needed by the core.
 """
