@@ -33,7 +33,7 @@ import pytest
 
 from saga import Coordinator, SagaStatus, SagaView
 from saga.admin.recovery import LOST_REASON
-from tests import pgbouncer
+from tests import children, pgbouncer
 from tests.children import wait_until_claimable
 from tests.crash import ledger
 from tests.faults import figures, sagas, workload
@@ -53,12 +53,6 @@ def _wait_until(condition: Callable[[], bool], what: str, limit: float = 60.0) -
         time.sleep(0.01)
 
 
-def _stopped(process: subprocess.Popen[str]) -> bool:
-    """Whether the process is stopped (SIGSTOP): state ``T`` in /proc."""
-    stat = Path(f"/proc/{process.pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
-
-
 def _own(
     url: str, ledger_path: str, key: str, where: Path, saga: str, freeze: str
 ) -> subprocess.Popen[str]:
@@ -66,7 +60,7 @@ def _own(
     args = ["own", url, ledger_path, key, "--freeze", freeze, "--saga", saga, "--lease", "0.5"]
     with (where / f"owner-{key}.log").open("w") as log:
         owner = spawn(args, stdout=subprocess.PIPE, stderr=log)
-    _wait_until(lambda: _stopped(owner), "the owner froze itself")
+    _wait_until(lambda: children.stopped(owner), "the owner froze itself")
     figures.count("freezes")
     return owner
 
@@ -247,7 +241,7 @@ def _frozen_recoverer(
     with (where / "frozen-recoverer.log").open("w") as log:
         process = spawn(command, stdout=subprocess.PIPE, stderr=log)
     try:
-        _wait_until(lambda: _stopped(process), "the recoverer froze itself inside s2")
+        _wait_until(lambda: children.stopped(process), "the recoverer froze itself inside s2")
         figures.count("freezes")
         yield process
     finally:
