@@ -64,6 +64,11 @@ pair = Saga("tx-deadlock")
 def move(ctx: StepContext) -> dict[str, Any]:
     """Update row 1, then row 2; on the first try the rival holds 2 and waits for 1."""
     tries.append(ctx.attempt)
+    if len(tries) == 2:
+        # The rival commits before the retry touches a row. PostgreSQL wakes the waiters
+        # of a released row lock in no set order: on a busy machine a retry could take
+        # row 1 before the rival did, and deadlock with it once more (a third try).
+        rivals[0].join(WAIT)
     session = ctx.session
     session.execute(text("SET LOCAL deadlock_timeout = '50ms'"))
     session.execute(text("UPDATE accounts SET balance = balance - 10 WHERE id = 1"))
