@@ -8,7 +8,7 @@ variable                     what                                             de
 ``SAGA_APP``                 ``saga --app``: modules to import, space list    none
 ``SAGA_WORKER_INTERVAL``     ``saga worker --interval``                       ``5s``
 ``SAGA_WORKER_BATCH``        ``saga worker --batch``                          ``20``
-``SAGA_WORKER_CONCURRENCY``  ``saga worker --concurrency``                    ``1``
+``SAGA_WORKER_CONCURRENCY``  ``saga worker --concurrency``                    ``4``
 ``SAGA_LOG_FORMAT``          ``saga worker --log-format`` (text or json)      none
 ``SAGA_LOG_FILE``            ``saga worker --log-file``                       none
 ``SAGA_METRICS_PORT``        ``saga worker --metrics-port``                   none

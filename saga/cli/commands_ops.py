@@ -230,7 +230,7 @@ def worker_command(
             metavar="N",
             envvar="SAGA_WORKER_CONCURRENCY",
         ),
-    ] = 1,
+    ] = 4,
     batch: Annotated[
         int,
         typer.Option(
