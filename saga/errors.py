@@ -12,7 +12,8 @@
     ├── UnknownSagaError            no saga with that id, or no definition with that name
     ├── OperationRefusedError       an operator action that makes no sense in the saga's state
     │   ├── SagaBusyError           another live process holds the saga's lease: lease_remaining
-    │   └── SagaChangedError        the saga moved on between an operator's read and claim
+    │   ├── SagaChangedError        the saga moved on between an operator's read and claim
+    │   └── InputMismatchError      a key run again with other input than its first run's
     ├── LeaseLostError (LeaseLost)  this process's claim on a saga was taken over: it stops at once
     ├── StepTimeoutError            a step's action ran past its timeout (also a TimeoutError)
     ├── ConfigurationError          a bad URL, an unknown scheme, a bad setting
@@ -183,6 +184,12 @@ class SagaChangedError(OperationRefusedError):
     """The saga changed between the read an operator's action was decided on and the claim
     that would carry it out (its status or epoch moved, or a pivot may have acted): the
     claim was refused and nothing was written. Look again and decide again."""
+
+
+class InputMismatchError(OperationRefusedError):
+    """A saga was run again with the key of an earlier run but with other input:
+    refused before anything runs, since the key already stands for the first input.
+    Use a new key for new input."""
 
 
 class LeaseLostError(SagaError):
