@@ -30,6 +30,8 @@ from saga import faults
 from tests import children
 from tests.transactional import fastapi_child
 
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "examples" / "fastapi_app.md"
 ORDER = fastapi_child.ORDER
 DECLINED = {"item": "lamp", "card": "tok_declined"}
 
@@ -225,3 +227,26 @@ def test_an_unreachable_database_is_503_with_retry_after_on_every_route(unreacha
         assert retry_after(answer) == fastapi_app.DATABASE_RETRY_AFTER
         assert "127.0.0.1" not in answer.text  # where the database is stays in the log
         assert "no/such" not in answer.text
+
+
+# -- the doc ------------------------------------------------------------------------------------
+
+ANSWERS = [
+    ("201", None),
+    ("409", "key_reused"),
+    ("409", "in_progress"),
+    ("422", "saga_failed"),
+    ("422", "unstorable_input"),
+    ("422", "Idempotency-Key"),
+    ("503", "database_unavailable"),
+    ("404", None),
+]
+"""Every answer the tests above see: (status, what its row of the doc's table names)."""
+
+
+def test_the_doc_lists_every_answer_in_its_table() -> None:
+    rows = [line for line in DOC.read_text(encoding="utf-8").splitlines() if line.startswith("|")]
+    for status, names in ANSWERS:
+        assert any(
+            row.startswith(f"| {status} ") and (names is None or names in row) for row in rows
+        ), f"docs/examples/fastapi_app.md has no row for {status} {names or ''}"
