@@ -170,6 +170,7 @@ class InMemorySagaStore:
                 raise SagaBusyError(
                     saga_id,
                     f"saga {saga_id} is held by {row.saga.owner} whose lease is still live",
+                    lease_remaining=_lease_remaining(row.saga, now),
                 )
             self._take(row, owner, lease_ttl, now)
             detail = {"owner": owner, **(event.detail or {})}  # who took it, as the SQL store says
@@ -367,6 +368,11 @@ def _free(saga: SagaRecord, now: float) -> bool:
     be executing the saga)."""
     expired = saga.lease_expires_at is not None and saga.lease_expires_at < now
     return saga.owner is None or expired
+
+
+def _lease_remaining(saga: SagaRecord, now: float) -> float | None:
+    """Seconds left on the saga's lease (``None`` for a lease without an end)."""
+    return None if saga.lease_expires_at is None else saga.lease_expires_at - now
 
 
 def _stuck(saga: SagaRecord, now: float) -> bool:

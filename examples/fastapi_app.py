@@ -14,6 +14,13 @@ double click) gets the first request's outcome, and nothing runs twice. The
 endpoint is a plain ``def``: FastAPI runs it in its thread pool, where
 ``coord.run`` may block. ``GET /sagas/{id}`` shows a saga.
 
+No ordinary case answers 500: 201 with the results (the first time and every
+replay), 422 when the saga failed and was compensated (or the request is not
+one), 409 when the key was used with other input, 409 with ``Retry-After``
+while another request or server is still running that key's saga, 503 with
+``Retry-After`` when the database cannot be reached. docs/examples/fastapi_app.md
+lists every answer with its body.
+
 The app's lifespan opens one ``Coordinator`` and starts a recovery worker:
 a thread that calls ``coord.recover()`` every few seconds, so sagas left
 behind by a crashed or redeployed server (its lease expired) are finished
@@ -30,6 +37,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
+import math
 import os
 import socket
 import sys
@@ -41,14 +50,28 @@ from typing import Annotated, Any
 try:
     import httpx
     import uvicorn
-    from fastapi import FastAPI, Header, HTTPException, Request, Response
+    from fastapi import APIRouter, FastAPI, Header, HTTPException, Request, Response
+    from fastapi.responses import JSONResponse
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     from pydantic import BaseModel
 except ImportError as missing:  # pragma: no cover - explained to whoever runs it
     hint = f"{missing}: install the examples' extras: pip install 'saga[examples]'"
     raise SystemExit(hint) from missing
 
-from saga import Coordinator, RecoveryReport, Saga, SagaFailed, StepContext, UnknownSagaError
+from saga import (
+    Coordinator,
+    DatabaseRefusedError,
+    InputMismatchError,
+    PayloadError,
+    RecoveryReport,
+    RetryPolicy,
+    Saga,
+    SagaBusyError,
+    SagaFailed,
+    StepContext,
+    StorageUnavailableError,
+    UnknownSagaError,
+)
 from saga.metrics import MetricsListener
 from saga.otel import TracingListener
 
@@ -106,6 +129,23 @@ class RecoveryWorker(threading.Thread):
 
 # -- the web app --------------------------------------------------------------------------------
 
+log = logging.getLogger(__name__)
+
+REQUEST_STORE_RETRY = RetryPolicy(
+    max_attempts=None,
+    initial_delay=0.05,
+    max_delay=0.5,
+    retry_on=(StorageUnavailableError,),
+    max_elapsed=2.0,
+)
+"""How long a store call waits out a lost database before giving up: two seconds, not the
+library's thirty (made for workers), since a client kept waiting longer has given up and
+will retry with its key anyway. A saga cut short by it keeps its record: once its lease
+runs out, the client's retry or the recovery worker finishes it."""
+
+DATABASE_RETRY_AFTER = 5
+"""The ``Retry-After`` (seconds) of a 503: about a failover, or a restart of the database."""
+
 
 class OrderIn(BaseModel):
     item: str
@@ -114,8 +154,10 @@ class OrderIn(BaseModel):
 
 @contextlib.asynccontextmanager
 async def lifespan(app: FastAPI) -> Any:
-    url = app.state.db_url if hasattr(app.state, "db_url") else None
-    coord = Coordinator(url, listeners=[TracingListener()])  # the global TracerProvider
+    # Nothing connects here: an unreachable database makes requests answer 503, and the
+    # server starts anyway, ready for when the database is back.
+    tracing = TracingListener()  # spans on the global TracerProvider
+    coord = Coordinator(app.state.db_url, store_retry=REQUEST_STORE_RETRY, listeners=[tracing])
     app.state.metrics = MetricsListener()
     app.state.metrics.watch(coord)  # counts, durations, and gauges read from the database
     coord.register(order)
@@ -129,10 +171,10 @@ async def lifespan(app: FastAPI) -> Any:
         coord.close()
 
 
-app = FastAPI(title="saga example", lifespan=lifespan)
+router = APIRouter()
 
 
-@app.post("/orders", status_code=201)
+@router.post("/orders", status_code=201)
 def place_order(
     body: OrderIn, request: Request, idempotency_key: Annotated[str, Header()]
 ) -> dict[str, Any]:
@@ -140,20 +182,83 @@ def place_order(
     try:
         view = coord.run(order, data=body.model_dump(), key=idempotency_key)
     except SagaFailed as failure:
-        # The same answer when the client retries: the same key raises the same SagaFailed,
-        # its cause rebuilt from the record (a RecordedError: DeclinedError is ours).
-        cause = failure.__cause__
-        detail = {
-            "saga_id": failure.saga_id,
-            "status": failure.status.value,
-            "failed_step": failure.failed_step,
-            "error": None if cause is None else str(cause),
-        }
-        raise HTTPException(status_code=422, detail=detail) from failure
+        raise failed(failure) from failure
+    except InputMismatchError as reused:
+        raise key_reused(reused) from reused
+    except SagaBusyError as busy:
+        raise in_progress(busy, coord.lease_ttl) from busy
+    except PayloadError as refused:
+        raise unstorable(refused) from refused
     return {"saga_id": view.id, "status": view.status.value, "results": view.results}
 
 
-@app.get("/sagas/{saga_id}")
+def failed(failure: SagaFailed) -> HTTPException:
+    """422: the saga ran and was undone (or, status ``failed``, could not be: an operator acts).
+    The same answer when the client retries: the same key raises the same SagaFailed, its
+    cause rebuilt from the record (a RecordedError: DeclinedError is ours)."""
+    cause = failure.__cause__
+    detail = {
+        "problem": "saga_failed",
+        "saga_id": failure.saga_id,
+        "status": failure.status.value,
+        "failed_step": failure.failed_step,
+        "error": None if cause is None else str(cause),
+    }
+    return HTTPException(status_code=422, detail=detail)
+
+
+def key_reused(reused: InputMismatchError) -> HTTPException:
+    """409: the key stands for another order. Not worth retrying: a new order needs a new key."""
+    message = "this Idempotency-Key was already used with other input; use a new key"
+    detail = {"problem": "key_reused", "saga_id": reused.saga_id, "message": message}
+    return HTTPException(status_code=409, detail=detail)
+
+
+def unstorable(refused: PayloadError) -> HTTPException:
+    """422: input no database could store (a key over the size limit, a NUL byte), refused
+    before anything was written. Its message names the field and the problem, nothing else."""
+    detail = {"problem": "unstorable_input", "message": str(refused)}
+    return HTTPException(status_code=422, detail=detail)
+
+
+def in_progress(busy: SagaBusyError, lease_ttl: float) -> HTTPException:
+    """409 with Retry-After: another request (or server) is running this key's saga now.
+
+    409 rather than 503: this server is fine and so is the database; the conflict is this
+    key's alone, and a 503 would tell load balancers and retrying clients otherwise. The
+    holder's message names its host and pid, which a client has no business reading.
+    """
+    wait = retry_after(busy, lease_ttl)
+    detail = {
+        "problem": "in_progress",
+        "saga_id": busy.saga_id,
+        "retry_after": wait,
+        "message": "this Idempotency-Key's order is still being placed; ask again later",
+    }
+    return HTTPException(status_code=409, detail=detail, headers={"Retry-After": str(wait)})
+
+
+def retry_after(busy: SagaBusyError, lease_ttl: float) -> int:
+    """Whole seconds (all Retry-After allows) until the holder's lease runs out, at least 1:
+    by then the saga is finished, or its holder died and the next request takes it over."""
+    left = busy.lease_remaining if busy.lease_remaining is not None else lease_ttl
+    return max(1, math.ceil(left))
+
+
+async def database_unavailable(request: Request, error: Exception) -> JSONResponse:
+    """503 with Retry-After, from any endpoint: the database cannot be reached (or refuses
+    this server). What was recorded is kept; the client retries with the same key. The
+    error (host, port) goes to the server's log, not to the client."""
+    log.warning("%s %s: database unavailable: %s", request.method, request.url.path, error)
+    message = "the database cannot be reached; try again later with the same Idempotency-Key"
+    return JSONResponse(
+        {"detail": {"problem": "database_unavailable", "message": message}},
+        status_code=503,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+    )
+
+
+@router.get("/sagas/{saga_id}")
 def show_saga(saga_id: str, request: Request) -> dict[str, Any]:
     coord: Coordinator = request.app.state.coord
     try:
@@ -164,10 +269,24 @@ def show_saga(saga_id: str, request: Request) -> dict[str, Any]:
     return {"id": view.id, "status": view.status.value, "key": view.key, "steps": steps}
 
 
-@app.get("/metrics")
+@router.get("/metrics")
 def metrics(request: Request) -> Response:
     body = generate_latest(request.app.state.metrics.registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(db_url: str | None = None) -> FastAPI:
+    """The app on ``db_url`` (default: ``$SAGA_DATABASE_URL``, else ``saga.db``); the
+    database is opened when the app starts, not here."""
+    app = FastAPI(title="saga example", lifespan=lifespan)
+    app.state.db_url = db_url
+    app.include_router(router)
+    for unusable in (StorageUnavailableError, DatabaseRefusedError):
+        app.add_exception_handler(unusable, database_unavailable)
+    return app
+
+
+app = create_app()  # for `uvicorn examples.fastapi_app:app`
 
 
 # -- running it -------------------------------------------------------------------------------
@@ -176,13 +295,15 @@ def metrics(request: Request) -> Response:
 @contextlib.contextmanager
 def serving(db_url: str | None) -> Iterator[str]:
     """The app on a free port of 127.0.0.1 in a thread; yields its base URL."""
-    app.state.db_url = db_url
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(db_url), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
+        if not thread.is_alive():  # the app's startup failed: uvicorn logged why
+            sock.close()
+            raise RuntimeError("the app did not start")
         time.sleep(0.02)
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -203,6 +324,10 @@ def demo(db_url: str | None) -> bool:
             "/orders", headers={"Idempotency-Key": key}, json={"item": "lamp", "card": "tok_visa"}
         )
         print(f"the same request again:      {again.status_code} {again.json()}")
+        reused = client.post(
+            "/orders", headers={"Idempotency-Key": key}, json={"item": "desk", "card": "tok_visa"}
+        )
+        print(f"the same key, another order: {reused.status_code} {reused.json()}")
         refused, declined_card = (
             {"Idempotency-Key": key + "-b"},
             {"item": "lamp", "card": "tok_declined"},
@@ -220,7 +345,9 @@ def demo(db_url: str | None) -> bool:
         print(f"GET /metrics:                {ended}")
     return (
         first.status_code == 201
-        and again.json()["saga_id"] == first.json()["saga_id"]
+        and again.json() == first.json()
+        and reused.status_code == 409
+        and reused.json()["detail"]["problem"] == "key_reused"
         and declined.status_code == 422
         and declined.json()["detail"]["status"] == "compensated"
         and declined.json()["detail"]["error"] == "card declined"
@@ -239,8 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("demo", help="start the app, send a few requests, stop")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        app.state.db_url = args.db
-        uvicorn.run(app, host="127.0.0.1", port=args.port)
+        uvicorn.run(create_app(args.db), host="127.0.0.1", port=args.port)
         return 0
     ok = demo(args.db)
     print("ok: one saga per idempotency key" if ok else "MISMATCH")

@@ -11,8 +11,9 @@
     ├── UnsafeReferenceError        a function that is not importable, or an untrusted reference
     ├── UnknownSagaError            no saga with that id, or no definition with that name
     ├── OperationRefusedError       an operator action that makes no sense in the saga's state
-    │   ├── SagaBusyError           another live process holds the saga's lease
-    │   └── SagaChangedError        the saga moved on between an operator's read and claim
+    │   ├── SagaBusyError           another live process holds the saga's lease: lease_remaining
+    │   ├── SagaChangedError        the saga moved on between an operator's read and claim
+    │   └── InputMismatchError      a key run again with other input than its first run's
     ├── LeaseLostError (LeaseLost)  this process's claim on a saga was taken over: it stops at once
     ├── StepTimeoutError            a step's action ran past its timeout (also a TimeoutError)
     ├── ConfigurationError          a bad URL, an unknown scheme, a bad setting
@@ -160,13 +161,35 @@ class OperationRefusedError(SagaError):
 
 
 class SagaBusyError(OperationRefusedError):
-    """Another live process holds the saga's lease."""
+    """Another live process holds the saga's lease.
+
+    ``lease_remaining`` is how many seconds that lease had left when the claim was
+    refused, by the database's clock (``None`` when the store did not say): the
+    soonest the saga can be taken over if its holder has died, so a sensible wait
+    before asking again (an HTTP ``Retry-After``). A live holder renews its lease,
+    so it is not a promise that the saga will be free by then.
+    """
+
+    def __init__(self, saga_id: str, message: str, *, lease_remaining: float | None = None) -> None:
+        self._lease_remaining = lease_remaining
+        super().__init__(saga_id, message)
+
+    @property
+    def lease_remaining(self) -> float | None:
+        """Seconds left on the holder's lease when the claim was refused (at least 0)."""
+        return None if self._lease_remaining is None else max(0.0, self._lease_remaining)
 
 
 class SagaChangedError(OperationRefusedError):
     """The saga changed between the read an operator's action was decided on and the claim
     that would carry it out (its status or epoch moved, or a pivot may have acted): the
     claim was refused and nothing was written. Look again and decide again."""
+
+
+class InputMismatchError(OperationRefusedError):
+    """A saga was run again with the key of an earlier run but with other input:
+    refused before anything runs, since the key already stands for the first input.
+    Use a new key for new input."""
 
 
 class LeaseLostError(SagaError):

@@ -20,7 +20,7 @@ from typing import Literal
 from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
-from saga.errors import ConfigurationError, OperationRefusedError
+from saga.errors import ConfigurationError, InputMismatchError, OperationRefusedError
 from saga.failure import recorded_failure
 from saga.ports import ClaimGuard, Commit, Event, SagaRecord
 from saga.status import SagaStatus
@@ -77,11 +77,11 @@ def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
     """For a second run with the same key: True if the recorded saga is simply returned.
 
     Raises the ``SagaFailed`` of a saga that failed again (its error rebuilt from the
-    record), and refuses other input.
+    record), and refuses other input (``InputMismatchError``).
     False means the saga is unfinished: claim it and carry on.
     """
     if existing.input != input_text:
-        raise OperationRefusedError(
+        raise InputMismatchError(
             existing.id,
             f"saga {saga.name!r} key {existing.key!r} was first run with other input; "
             "use a new key for new input",

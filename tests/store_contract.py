@@ -323,6 +323,14 @@ class StoreContract:
         assert store.events(expired.id)[-1].epoch == 2
         assert store.events(expired.id)[-1].detail == {"owner": "b"}
 
+    def test_a_refused_claim_says_how_long_the_lease_has_left(self, store: SagaStore) -> None:
+        live = create(store, owner="a")
+        with pytest.raises(SagaBusyError) as refused:
+            store.claim(live.id, "b", TTL, Event("lease_claimed"))
+        left = refused.value.lease_remaining
+        assert left is not None
+        assert 0 < left <= TTL + self.tolerance
+
     def test_a_live_lease_is_not_taken_even_by_its_owner(self, store: SagaStore) -> None:
         saga = create(store, owner="a")
         with pytest.raises(SagaBusyError):

@@ -76,7 +76,7 @@ def claim(
         .returning(i.epoch)
     ).first()
     if row is None:
-        raise _refusal(connection, saga_id, guard)
+        raise _refusal(connection, dialect, saga_id, guard)
     # The history says who took the saga, whatever the caller's event says.
     detail = {"owner": owner, **(event.detail or {})}
     append(
@@ -132,7 +132,7 @@ def guarded(saga_id: str, guard: ClaimGuard | None) -> list[ColumnElement[bool]]
 
 
 def _refusal(
-    connection: Connection, saga_id: str, guard: ClaimGuard | None
+    connection: Connection, dialect: Dialect, saga_id: str, guard: ClaimGuard | None
 ) -> OperationRefusedError | UnknownSagaError:
     """Why a claim matched no row, read in the claim's own transaction."""
     current = reads.load(connection, saga_id)
@@ -144,8 +144,19 @@ def _refusal(
     if changed is not None:
         return SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
     return SagaBusyError(
-        saga_id, f"saga {saga_id} is held by {current.owner} whose lease is still live"
+        saga_id,
+        f"saga {saga_id} is held by {current.owner} whose lease is still live",
+        lease_remaining=_lease_remaining(connection, dialect, saga_id),
     )
+
+
+def _lease_remaining(connection: Connection, dialect: Dialect, saga_id: str) -> float | None:
+    """Seconds left on the saga's lease, by the database clock (the client's may differ)."""
+    i = t.instances.c
+    left = connection.execute(
+        select(i.lease_expires_at - dialect.now()).where(i.id == saga_id)
+    ).scalar_one_or_none()
+    return None if left is None else float(left)
 
 
 def claim_expired(

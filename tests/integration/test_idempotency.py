@@ -6,6 +6,7 @@ import pytest
 
 from saga import (
     Coordinator,
+    InputMismatchError,
     OperationRefusedError,
     Saga,
     SagaFailed,
@@ -86,8 +87,10 @@ def test_same_key_after_compensation_raises_saga_failed_again(coord: Coordinator
 def test_same_key_with_other_input_is_refused(coord: Coordinator) -> None:
     saga = _counted("idem-other-input")
     first = coord.run(saga, data={"sku": "D"}, key="k")
-    with pytest.raises(OperationRefusedError, match="other input"):
+    with pytest.raises(InputMismatchError, match="other input") as refused:
         coord.run(saga, data={"sku": "E"}, key="k")
+    assert isinstance(refused.value, OperationRefusedError)  # as it was before it had a name
+    assert refused.value.saga_id == first.id
     assert RAN == ["reserve", "charge"]
     assert coord.get(first.id).input == {"sku": "D"}
     assert len(coord.list()) == 1
