@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -79,7 +80,22 @@ def _compensated_text(event: Described) -> str:
         )
     if detail.get("reason"):
         return f"step {event.step} compensated ({detail['reason']})"
+    if "result" in detail:
+        return f"step {event.step} compensated, returning {_short_json(detail['result'])}"
+    if detail.get("result_not_kept"):
+        return (
+            f"step {event.step} compensated; its result was not kept: {detail['result_not_kept']}"
+        )
     return f"step {event.step} compensated"
+
+
+SHOWN_RESULT = 200
+"""Characters of a compensation's result shown in its history line (``--json`` has it all)."""
+
+
+def _short_json(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= SHOWN_RESULT else text[: SHOWN_RESULT - 3] + "..."
 
 
 def _claim_text(event: Described) -> str:

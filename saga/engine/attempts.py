@@ -158,9 +158,10 @@ def succeeded_with(payload_limit: int) -> Outcome:
     return succeeded
 
 
-def undone_outcome(record: SagaRecord, name: str, _result: Any) -> tuple[StepWrite, Event]:
-    """What a transactional compensation commits with its own writes: "compensated"."""
-    return records.undone(record, name)
+def undone_outcome(record: SagaRecord, name: str, result: Any) -> tuple[StepWrite, Event]:
+    """What a transactional compensation commits with its own writes: "compensated", with
+    what it returned."""
+    return records.undone(record, name, result)
 
 
 def context_for(record: SagaRecord, name: str, attempt: int, data: Any) -> StepContext:

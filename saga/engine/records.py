@@ -9,12 +9,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from saga.codec import Encoded
+from saga.codec import Encoded, decode, encode
 from saga.definition import Saga
 from saga.engine.decisions import RunStep
 from saga.errors import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH  # re-exported: the stored bound
-from saga.errors import describe_error
+from saga.errors import PayloadError, describe_error
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
 
@@ -146,13 +147,35 @@ def undo_attempt_failed(
     return (Event("compensation_attempt_failed", name, attempt, detail),)
 
 
-def undone(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
+def undone(record: SagaRecord, name: str, returned: Any = None) -> tuple[StepWrite, Event]:
     """Step ``name`` compensated. Its finish time stays its action's (the compensation's own
-    times are its events'), so durations and completion order keep saying what happened."""
+    times are its events'), so durations and completion order keep saying what happened.
+    What the compensation returned, if anything, is kept in the event (:func:`undo_detail`)."""
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATED)
     new = dataclasses.replace(step, status=StepStatus.COMPENSATED)
-    return StepWrite(new), Event("compensation_done", name, step.undo_attempt)
+    detail = undo_detail(name, returned)
+    return StepWrite(new), Event("compensation_done", name, step.undo_attempt, detail)
+
+
+UNDO_RESULT_LIMIT = 4096
+"""Largest compensation result kept in its event, in encoded bytes: a refund id or a
+count, read with every history; a larger one is noted, not kept."""
+
+
+def undo_detail(name: str, returned: Any) -> dict[str, Any] | None:
+    """``{"result": value}`` for a compensation that returned a JSON value (None: nothing).
+    A value that cannot be stored is described instead: the compensation did its work, and
+    a result it was never asked for must not fail it."""
+    if returned is None:
+        return None
+    try:
+        encoded = encode(
+            returned, f"result of the compensation of step {name!r}", UNDO_RESULT_LIMIT
+        )
+    except PayloadError as error:
+        return {"result_not_kept": str(error)}
+    return {"result": decode(encoded.text)}
 
 
 def nothing_to_undo(record: SagaRecord) -> tuple[list[StepWrite], list[Event]]:

@@ -113,6 +113,7 @@ class _Undoing(Cursor):
         super().__init__(record)
         self.error: str | None = None
         self.took: float | None = None  # how long that attempt ran
+        self.returned: Any = None  # what the compensation returned, kept in its event
 
 
 def _undo(
@@ -142,7 +143,7 @@ def _undo(
             attempt = recorded(cursor.record, step.name).undo_attempt
             yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
             yield Sleep(delay)
-    write_, event = records.undone(cursor.record, step.name)
+    write_, event = records.undone(cursor.record, step.name, cursor.returned)
     record = yield from write(cursor.record, [write_], [event])
     yield Fault("after_undo_commit", step.name)
     return record
@@ -163,7 +164,7 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
         if step.transactional:  # the undo and its record commit together
             yield from in_transaction(cursor, context, call, undone_outcome)
         else:
-            yield Call(call, context)
+            cursor.returned = yield Call(call, context)
     except Exception as error:
         cursor.error = records.describe(error)  # written with the next attempt's start
         cursor.took = time.monotonic() - began
