@@ -12,7 +12,7 @@ from saga.admin.inputs import SagaRef, definition_of, get_saga
 from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
-from saga.ports import EventRecord
+from saga.ports import DEFAULT_LIST_LIMIT, EventRecord
 from saga.status import SagaStatus, StepKind
 from saga.views import SagaView, StepView
 from saga.wording import describe_event as describe_event
@@ -25,7 +25,7 @@ def list_sagas(
     name: str | None = None,
     stuck: bool = False,
     older_than: float | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_LIST_LIMIT,
     before: str | None = None,
     key: str | None = None,
 ) -> SagaPage:

@@ -15,6 +15,7 @@ from saga.cli.options import JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaI
 from saga.cli.render import render_detail, render_diff, render_page, render_timeline
 from saga.cli.session import named, respond
 from saga.coordinator import Coordinator
+from saga.ports import DEFAULT_LIST_LIMIT
 
 
 @app.command("list")
@@ -41,7 +42,9 @@ def list_command(
         str | None,
         typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many.", metavar="N")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
+    ] = DEFAULT_LIST_LIMIT,
     before: Annotated[
         str | None,
         typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
