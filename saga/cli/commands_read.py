@@ -12,7 +12,13 @@ import typer
 
 from saga import admin
 from saga.cli.options import JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
-from saga.cli.render import render_detail, render_diff, render_page, render_timeline
+from saga.cli.render import (
+    ListArgs,
+    render_detail,
+    render_diff,
+    render_page,
+    render_timeline,
+)
 from saga.cli.session import named, respond
 from saga.coordinator import Coordinator
 from saga.ports import DEFAULT_LIST_LIMIT
@@ -35,6 +41,9 @@ def list_command(
     name: Annotated[
         str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
     ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
+    ] = None,
     stuck: Annotated[
         bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
     ] = False,
@@ -52,19 +61,21 @@ def list_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Sagas, newest first."""
+    args = ListArgs(tuple(status or ()), name, key, stuck, older_than, limit)
     respond(
         ctx,
         json_output,
         lambda coord: admin.list_sagas(
             coord,
-            statuses=admin.parse_statuses(status or ()),
+            statuses=admin.parse_statuses(args.statuses),
             name=name,
+            key=key,
             stuck=stuck,
             older_than=None if older_than is None else admin.parse_duration(older_than),
             limit=limit,
             before=before,
         ),
-        lambda session, page: render_page(session, page, stuck),
+        lambda session, page: render_page(session, page, args),
     )
 
 

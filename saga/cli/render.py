@@ -9,13 +9,16 @@ sees the text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shlex
 from typing import Any
 
 from rich.text import Text
 
 from saga import admin
-from saga.cli.session import Session, printable
+from saga.cli.session import Session, printable, shown_url
+from saga.ports import DEFAULT_LIST_LIMIT
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView, StepView
 
@@ -46,14 +49,46 @@ def _styled(text: str, style: str = "") -> Text:
 # -- list -------------------------------------------------------------------------------------
 
 
-def render_page(session: Session, page: admin.SagaPage, stuck: bool) -> None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListArgs:
+    """``saga list``'s query as the operator typed it: what the next page's command repeats."""
+
+    statuses: tuple[str, ...] = ()
+    name: str | None = None
+    key: str | None = None
+    stuck: bool = False
+    older_than: str | None = None
+    limit: int = DEFAULT_LIST_LIMIT
+
+    def options(self) -> list[str]:
+        """The options that ask for this query again (the default limit goes without saying)."""
+        words = [word for status in self.statuses for word in ("--status", status)]
+        for option, value in (
+            ("--name", self.name),
+            ("--key", self.key),
+            ("--older-than", self.older_than),
+            ("--limit", None if self.limit == DEFAULT_LIST_LIMIT else str(self.limit)),
+        ):
+            if value is not None:
+                words += [option, value]
+        return words + (["--stuck"] if self.stuck else [])
+
+
+def render_page(session: Session, page: admin.SagaPage, args: ListArgs) -> None:
     if not page.sagas:
-        session.say("no stuck sagas" if stuck else "no sagas match")
+        session.say("no stuck sagas" if args.stuck else "no sagas match")
         return
     headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE"]
     session.table(headers, [_page_row(view, page.now) for view in page.sagas])
     if page.next_before:
-        session.say(f"more: saga list --before {page.next_before}", style="dim")
+        session.say(f"more: {next_page_command(session, args, page.next_before)}", style="dim")
+
+
+def next_page_command(session: Session, args: ListArgs, before: str) -> str:
+    """The ``saga list`` that shows the page after ``before`` of the same query, every
+    word quoted for a shell, so that pasting it is safe whatever a name or key holds."""
+    database = [] if session.url is None else ["--db", shown_url(session.url)]
+    return shlex.join(["saga", *database, "list", *args.options(), "--before", before])
 
 
 def _page_row(view: SagaView, now: float) -> list[str | Text]:

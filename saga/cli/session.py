@@ -230,6 +230,12 @@ def scrub(text: str, url: str | None) -> str:
     return text.replace(raw, masked_url(raw)).replace(f":{password}@", ":***@")
 
 
+def shown_url(url: str) -> str:
+    """``url`` as a command line may repeat it: as given, or masked if it holds a password
+    (which is never printed; a URL in ``$SAGA_DATABASE_URL`` needs no repeating)."""
+    return url if _password(url) is None else masked_url(url)
+
+
 def _password(url: str) -> str | None:
     try:
         from sqlalchemy.engine import make_url
