@@ -11,7 +11,15 @@ from typing import Annotated
 import typer
 
 from saga import admin
-from saga.cli.options import JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
+from saga.cli.options import (
+    JsonFlag,
+    KeyOption,
+    MaybeSagaId,
+    NameOption,
+    SagaId,
+    WideFlag,
+    app,
+)
 from saga.cli.render import (
     ListArgs,
     render_detail,
@@ -58,10 +66,11 @@ def list_command(
         str | None,
         typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
     ] = None,
+    wide: WideFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Sagas, newest first."""
-    args = ListArgs(tuple(status or ()), name, key, stuck, older_than, limit)
+    args = ListArgs(tuple(status or ()), name, key, stuck, older_than, limit, wide)
     respond(
         ctx,
         json_output,
@@ -117,7 +126,16 @@ def history_command(
 
 @app.command("diff")
 def diff_command(
-    ctx: typer.Context, left: SagaId, right: SagaId, json_output: JsonFlag = False
+    ctx: typer.Context,
+    left: SagaId,
+    right: SagaId,
+    wide: WideFlag = False,
+    json_output: JsonFlag = False,
 ) -> None:
     """Step by step, where two runs differ (SHA-256 digests of inputs and outputs, timing)."""
-    respond(ctx, json_output, lambda coord: admin.diff_sagas(coord, left, right), render_diff)
+    respond(
+        ctx,
+        json_output,
+        lambda coord: admin.diff_sagas(coord, left, right),
+        lambda session, diff: render_diff(session, diff, wide),
+    )

@@ -109,13 +109,13 @@ def test_the_next_page_hint_repeats_every_filter_quoted_for_a_shell(
         stuck = [_made(coord, NAME, 1000.0 + n, stuck=True) for n in range(3)]
         _made(coord, NAME, 1000.5)  # same name, older than the first page, not stuck
         _made(coord, "someone-else", 1000.7, stuck=True)
-    query = ["--status", "running", "--name", NAME, "--stuck", "--older-than", "1d"]
+    query = ["--status", "running", "--name", NAME, "--stuck", "--older-than", "1d", "--wide"]
     first = invoke(db_url, "list", *query, "--limit", "1")
     assert first.exit_code == 0, first.output
     assert first.stdout.splitlines()[1].startswith(stuck[2])
     hint = _hint(first.stdout)
     expected = ["saga", "--db", db_url, "list", "--status", "running", "--name", NAME]
-    expected += ["--older-than", "1d", "--limit", "1", "--stuck", "--before", stuck[2]]
+    expected += ["--older-than", "1d", "--limit", "1", "--stuck", "--wide", "--before", stuck[2]]
     assert shlex.split(hint.removeprefix("more: ")) == expected
     second = _pasted(hint, tmp_path)
     assert second.returncode == 0, second.stderr
