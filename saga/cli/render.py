@@ -194,11 +194,24 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
     if detail.pivot:
         passed = "passed: it can only go forward" if admin.past_pivot(view) else "not passed"
         facts.append(("pivot", f"{detail.pivot} ({passed})"))
+    if detail.retry_unknown:  # one line for the saga, not the same words on every step
+        facts.append(("retry on", detail.retry_unknown))
     session.table(None, [[Text(k, style="bold"), v] for k, v in facts])
     session.say()
+    _render_steps(session, detail)
+
+
+def _render_steps(session: Session, detail: admin.SagaDetail) -> None:
     headers = ["#", "STEP", "KIND", "STATUS", "ATTEMPT", "DURATION", "RESULT / ERROR", "NOTE"]
-    rows = [_step_row(step, detail.notes.get(step.name)) for step in view.steps]
+    rows = [_step_row(step, detail.notes.get(step.name)) for step in detail.saga.steps]
     rows += [["-", name, "", "pending", "", "", "", ""] for name in detail.pending]
+    if not detail.retry_unknown:  # known: a column, after the attempts it governs
+        headers.insert(5, "RETRY ON")
+        names = [step.name for step in detail.saga.steps] + list(detail.pending)
+        rows = [
+            [*row[:5], detail.retry_of(name) or "-", *row[5:]]
+            for row, name in zip(rows, names, strict=True)
+        ]
     session.table(headers, rows)
 
 

@@ -17,7 +17,7 @@ SUMMARY_KEYS = {
 STEP_KEYS = {
     "seq", "name", "kind", "status", "attempt", "compensation_attempt", "transactional",
     "started_at", "finished_at", "duration_seconds", "result", "error", "input_digest",
-    "output_digest", "in_doubt", "pivot",
+    "output_digest", "in_doubt", "pivot", "retry_on",
 }  # fmt: skip
 EVENT_KEYS = {
     "id", "at", "offset_seconds", "duration_seconds", "kind", "step", "attempt", "epoch",
