@@ -16,7 +16,7 @@ from saga.definition import Saga
 from saga.drivers.tasks import TaskDriver
 from saga.listening import Listener
 from saga.policy import STORE_RETRY, RetryPolicy
-from saga.ports import EventRecord, SagaRecord, SagaStore
+from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
 from saga.store import async_store
@@ -146,7 +146,7 @@ class AsyncCoordinator:
         self,
         status: SagaStatus | str | Iterable[SagaStatus | str] | None = None,
         name: str | None = None,
-        limit: int = 100,
+        limit: int = DEFAULT_LIST_LIMIT,
         *,
         stuck: bool = False,
         before: str | None = None,

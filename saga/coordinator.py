@@ -26,6 +26,7 @@ from saga.listening import Listener, Listeners
 from saga.logs import LogListener
 from saga.policy import STORE_RETRY, RetryPolicy
 from saga.ports import (
+    DEFAULT_LIST_LIMIT,
     ClaimGuard,
     Event,
     EventRecord,
@@ -245,7 +246,7 @@ class Coordinator:
         self,
         status: SagaStatus | str | Iterable[SagaStatus | str] | None = None,
         name: str | None = None,
-        limit: int = 100,
+        limit: int = DEFAULT_LIST_LIMIT,
         *,
         stuck: bool = False,
         before: str | None = None,

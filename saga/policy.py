@@ -113,6 +113,54 @@ class RetryPolicy:
         return stop, _Backoff(self, attempts_used), tenacity.retry_if_exception(self.retries)
 
 
+def describe_retry_on(rule: RetryOn) -> str:
+    """Which errors ``rule`` retries, in a few words for an operator (``saga show``)."""
+    if rule is is_transient:
+        return "transient errors (default)"
+    if isinstance(rule, type | tuple):
+        return _short(_error_names(rule) or "no error")
+    if isinstance(rule, tenacity.retry_base):
+        return _short(f"tenacity {_tenacity_rule(rule)}")
+    return _short(f"predicate {_function_name(rule)}")
+
+
+def _error_names(classes: type[BaseException] | tuple[type[BaseException], ...]) -> str:
+    # Builtins by their bare name, as Python's own messages write them; others qualified.
+    return ", ".join(
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        for cls in (classes if isinstance(classes, tuple) else (classes,))
+    )
+
+
+def _function_name(fn: object) -> str:
+    """``module:qualname``, the way saga names functions (a callable object: its class)."""
+    name = getattr(fn, "__qualname__", None) or f"{type(fn).__qualname__} object"
+    return f"{getattr(fn, '__module__', None) or type(fn).__module__}:{name}"
+
+
+def _tenacity_rule(rule: tenacity.retry_base) -> str:
+    """``retry_if_exception_type(ConnectionError)``: tenacity's rules have no useful repr,
+    so the class name is written with what it holds (types, predicate, or inner rules)."""
+    name = type(rule).__name__.lstrip("_")
+    inner = getattr(rule, "retries", None)  # retry_any, retry_all (also made by | and &)
+    classes = getattr(rule, "exception_types", getattr(rule, "exception_cause_types", None))
+    predicate = getattr(rule, "predicate", None)
+    if getattr(predicate, "__module__", "").startswith("tenacity"):
+        predicate = None  # tenacity's own (retry_if_exception_message's): its name says it
+    if inner is not None:
+        return f"{name}({', '.join(_tenacity_rule(r) for r in inner)})"
+    if classes is not None:
+        return f"{name}({_error_names(classes)})"
+    if predicate is not None:
+        return f"{name}({_function_name(predicate)})"
+    return name
+
+
+def _short(text: str, width: int = 80) -> str:
+    """One short field: a long list of classes is cut, and says so."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class _Backoff(wait_base):
     """Exponential backoff with proportional jitter, numbered across crashes."""
 

@@ -200,6 +200,11 @@ class Renewal:
     lost: frozenset[str] = frozenset()
 
 
+DEFAULT_LIST_LIMIT = 100
+"""How many sagas one page of a listing holds unless told: ``coord.list()``, the async
+twin, ``saga list`` and the web console's list all use it (docs/operating.md)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListQuery:
     """Filters for listing sagas, newest first, one bounded page at a time."""
@@ -210,7 +215,7 @@ class ListQuery:
     stuck: bool = False
     older_than: float | None = None
     before: str | None = None
-    limit: int = 100
+    limit: int = DEFAULT_LIST_LIMIT
     id_prefix: str | None = None
     """Only sagas whose id starts with this (lowercase hex and dashes)."""
 

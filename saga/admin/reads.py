@@ -11,8 +11,10 @@ from collections.abc import Sequence
 from saga.admin.inputs import SagaRef, definition_of, get_saga
 from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
 from saga.coordinator import Coordinator
+from saga.definition import Saga, defined_versions
 from saga.errors import ConfigurationError
-from saga.ports import EventRecord
+from saga.policy import describe_retry_on
+from saga.ports import DEFAULT_LIST_LIMIT, EventRecord
 from saga.status import SagaStatus, StepKind
 from saga.views import SagaView, StepView
 from saga.wording import describe_event as describe_event
@@ -25,7 +27,7 @@ def list_sagas(
     name: str | None = None,
     stuck: bool = False,
     older_than: float | None = None,
-    limit: int = 50,
+    limit: int = DEFAULT_LIST_LIMIT,
     before: str | None = None,
     key: str | None = None,
 ) -> SagaPage:
@@ -74,7 +76,38 @@ def _detail(coord: Coordinator, view: SagaView, events: Sequence[EventRecord]) -
         pending = tuple(s.name for s in definition.order() if s.name not in recorded)
         declared = (s.name for s in definition.steps if s.kind is StepKind.PIVOT)
         pivot = pivot or next(declared, None)
-    return SagaDetail(view, coord.store.now(), pending, pivot, undo_notes(events))
+    retry_on = {} if definition is None else retry_classes(definition, [*recorded, *pending])
+    return SagaDetail(
+        view,
+        coord.store.now(),
+        pending,
+        pivot,
+        undo_notes(events),
+        retry_on,
+        None if definition is not None else retry_unknown(view),
+    )
+
+
+def retry_classes(definition: Saga, names: Sequence[str]) -> dict[str, str]:
+    """Which errors each named step's action is retried on, by the definition this
+    process loaded: what a recovery run from here would do."""
+    declared = {step.name: step for step in definition.steps}
+    return {
+        name: describe_retry_on(declared[name].retry.retry_on)
+        if name in declared
+        else "not known here: no such step in the loaded definition"
+        for name in names
+    }
+
+
+def retry_unknown(view: SagaView) -> str:
+    """Why this process cannot tell a saga's retry policies: they are not recorded, only
+    declared in code, and this code is not here (or has no code to declare them in)."""
+    if view.kind != "declarative":
+        return "not known here: context-manager saga (its own code sets them)"
+    if defined_versions(view.name):
+        return f"not known here: version {view.version or 1} of the saga not loaded"
+    return "not known here: saga definition not loaded"
 
 
 def undo_notes(events: Sequence[EventRecord]) -> dict[str, str]:

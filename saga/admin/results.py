@@ -101,6 +101,9 @@ class SagaDetail:
     ``pending`` lists the declared steps that have not started yet, when
     this process knows the definition (``--app``). ``notes`` says, by step
     name, why a step was compensated without a compensation running.
+    ``retry_on`` says, by step name, which errors the step's action is retried
+    on (:func:`~saga.policy.describe_retry_on`), when this process knows the
+    definition; else ``retry_unknown`` says why none is known.
     """
 
     saga: SagaView
@@ -108,6 +111,12 @@ class SagaDetail:
     pending: tuple[str, ...]
     pivot: str | None
     notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    retry_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    retry_unknown: str | None = "not known here: saga definition not loaded"
+
+    def retry_of(self, step: str) -> str | None:
+        """Which errors ``step``'s action is retried on, or why that is not known here."""
+        return self.retry_on.get(step, self.retry_unknown)
 
     @property
     def in_doubt(self) -> tuple[StepView, ...]:
@@ -124,7 +133,9 @@ class SagaDetail:
             "past_pivot": past_pivot(view),
             "in_doubt_steps": [s.name for s in self.in_doubt],
             "pending_steps": list(self.pending),
-            "steps": [_step_json(step) for step in view.steps],
+            "steps": [
+                {**_step_json(step), "retry_on": self.retry_of(step.name)} for step in view.steps
+            ],
         }
 
 

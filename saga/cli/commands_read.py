@@ -11,10 +11,25 @@ from typing import Annotated
 import typer
 
 from saga import admin
-from saga.cli.options import JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
-from saga.cli.render import render_detail, render_diff, render_page, render_timeline
+from saga.cli.options import (
+    JsonFlag,
+    KeyOption,
+    MaybeSagaId,
+    NameOption,
+    SagaId,
+    WideFlag,
+    app,
+)
+from saga.cli.render import (
+    ListArgs,
+    render_detail,
+    render_diff,
+    render_page,
+    render_timeline,
+)
 from saga.cli.session import named, respond
 from saga.coordinator import Coordinator
+from saga.ports import DEFAULT_LIST_LIMIT
 
 
 @app.command("list")
@@ -34,6 +49,9 @@ def list_command(
     name: Annotated[
         str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
     ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
+    ] = None,
     stuck: Annotated[
         bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
     ] = False,
@@ -41,27 +59,32 @@ def list_command(
         str | None,
         typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
     ] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many.", metavar="N")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
+    ] = DEFAULT_LIST_LIMIT,
     before: Annotated[
         str | None,
         typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
     ] = None,
+    wide: WideFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
     """Sagas, newest first."""
+    args = ListArgs(tuple(status or ()), name, key, stuck, older_than, limit, wide)
     respond(
         ctx,
         json_output,
         lambda coord: admin.list_sagas(
             coord,
-            statuses=admin.parse_statuses(status or ()),
+            statuses=admin.parse_statuses(args.statuses),
             name=name,
+            key=key,
             stuck=stuck,
             older_than=None if older_than is None else admin.parse_duration(older_than),
             limit=limit,
             before=before,
         ),
-        lambda session, page: render_page(session, page, stuck),
+        lambda session, page: render_page(session, page, args),
     )
 
 
@@ -103,7 +126,16 @@ def history_command(
 
 @app.command("diff")
 def diff_command(
-    ctx: typer.Context, left: SagaId, right: SagaId, json_output: JsonFlag = False
+    ctx: typer.Context,
+    left: SagaId,
+    right: SagaId,
+    wide: WideFlag = False,
+    json_output: JsonFlag = False,
 ) -> None:
     """Step by step, where two runs differ (SHA-256 digests of inputs and outputs, timing)."""
-    respond(ctx, json_output, lambda coord: admin.diff_sagas(coord, left, right), render_diff)
+    respond(
+        ctx,
+        json_output,
+        lambda coord: admin.diff_sagas(coord, left, right),
+        lambda session, diff: render_diff(session, diff, wide),
+    )

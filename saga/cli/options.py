@@ -51,6 +51,14 @@ Apps = Annotated[
 ]
 DebugFlag = Annotated[bool, typer.Option("--debug", help="Show tracebacks.")]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/operating.md).")]
+WideFlag = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Whole saga ids even on a terminal too narrow for them "
+        "(piped output and --json always have them).",
+    ),
+]
 SagaId = Annotated[
     str,
     typer.Argument(

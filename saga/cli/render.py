@@ -9,13 +9,19 @@ sees the text.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
+import os
+import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
 
 from saga import admin
-from saga.cli.session import Session, printable
+from saga.cli.session import Session, printable, shown_url
+from saga.ports import DEFAULT_LIST_LIMIT
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView, StepView
 
@@ -37,6 +43,11 @@ STEP_STYLES = {
 }
 
 
+SHORT_ID = 8
+"""How much of a saga id a table shows when the whole ids do not fit the terminal: any
+prefix of four characters or more names the saga back (``saga show 162c04cc``)."""
+
+
 def _styled(text: str, style: str = "") -> Text:
     """Stored text in a style: escaped first, since rich's ``Text`` silently drops some
     control characters (BEL, CR) that the operator should see as escapes instead."""
@@ -46,14 +57,84 @@ def _styled(text: str, style: str = "") -> Text:
 # -- list -------------------------------------------------------------------------------------
 
 
-def render_page(session: Session, page: admin.SagaPage, stuck: bool) -> None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListArgs:
+    """``saga list``'s query as the operator typed it: what the next page's command repeats."""
+
+    statuses: tuple[str, ...] = ()
+    name: str | None = None
+    key: str | None = None
+    stuck: bool = False
+    older_than: str | None = None
+    limit: int = DEFAULT_LIST_LIMIT
+    wide: bool = False
+
+    def options(self) -> list[str]:
+        """The options that ask for this query again (the default limit goes without saying)."""
+        words = [word for status in self.statuses for word in ("--status", status)]
+        for option, value in (
+            ("--name", self.name),
+            ("--key", self.key),
+            ("--older-than", self.older_than),
+            ("--limit", None if self.limit == DEFAULT_LIST_LIMIT else str(self.limit)),
+        ):
+            if value is not None:
+                words += [option, value]
+        flags = [flag for flag, given in (("--stuck", self.stuck), ("--wide", self.wide)) if given]
+        return words + flags
+
+
+def render_page(session: Session, page: admin.SagaPage, args: ListArgs) -> None:
     if not page.sagas:
-        session.say("no stuck sagas" if stuck else "no sagas match")
+        session.say("no stuck sagas" if args.stuck else "no sagas match")
         return
     headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE"]
-    session.table(headers, [_page_row(view, page.now) for view in page.sagas])
+    id_table(session, headers, [_page_row(view, page.now) for view in page.sagas], args.wide)
     if page.next_before:
-        session.say(f"more: saga list --before {page.next_before}", style="dim")
+        session.say(f"more: {next_page_command(session, args, page.next_before)}", style="dim")
+
+
+def next_page_command(session: Session, args: ListArgs, before: str) -> str:
+    """The ``saga list`` that shows the page after ``before`` of the same query, every
+    word quoted for a shell, so that pasting it is safe whatever a name or key holds."""
+    database = [] if session.url is None else ["--db", shown_url(session.url)]
+    return shlex.join(["saga", *database, "list", *args.options(), "--before", before])
+
+
+def id_table(
+    session: Session,
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str | Text]],
+    wide: bool,
+    column: int = 0,
+) -> None:
+    """A table whose ``column`` holds saga ids, never cut mid-width: whole ids when they
+    fit the terminal, when piped and with ``--wide``; else their first characters."""
+    if not wide and not session.fits(headers, rows):
+        shown = short_ids([str(row[column]) for row in rows])
+        rows = [
+            [*row[:column], short, *row[column + 1 :]]
+            for row, short in zip(rows, shown, strict=True)
+        ]
+    session.table(headers, rows, whole={column})
+
+
+def short_ids(ids: Sequence[str]) -> list[str]:
+    """Each id's first ``SHORT_ID`` characters, or more where two ids shown share them
+    (as git shortens hashes), so that every short id on the screen names one saga."""
+    ordered = sorted(set(ids))
+    shared = dict.fromkeys(ordered, 0)
+    for left, right in itertools.pairwise(ordered):  # an id shares most with a neighbour
+        common = len(os.path.commonprefix([left, right]))  # noqa: RUF071 - not paths
+        shared[left] = max(shared[left], common)
+        shared[right] = max(shared[right], common)
+    return [saga_id[: _short_length(saga_id, shared[saga_id])] for saga_id in ids]
+
+
+def _short_length(saga_id: str, shared: int) -> int:
+    length = max(SHORT_ID, shared + 1)
+    # A prefix ending in a dash reads like a cut: take the character after it too.
+    return length + 1 if saga_id[length - 1 : length] == "-" else length
 
 
 def _page_row(view: SagaView, now: float) -> list[str | Text]:
@@ -113,11 +194,24 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
     if detail.pivot:
         passed = "passed: it can only go forward" if admin.past_pivot(view) else "not passed"
         facts.append(("pivot", f"{detail.pivot} ({passed})"))
+    if detail.retry_unknown:  # one line for the saga, not the same words on every step
+        facts.append(("retry on", detail.retry_unknown))
     session.table(None, [[Text(k, style="bold"), v] for k, v in facts])
     session.say()
+    _render_steps(session, detail)
+
+
+def _render_steps(session: Session, detail: admin.SagaDetail) -> None:
     headers = ["#", "STEP", "KIND", "STATUS", "ATTEMPT", "DURATION", "RESULT / ERROR", "NOTE"]
-    rows = [_step_row(step, detail.notes.get(step.name)) for step in view.steps]
+    rows = [_step_row(step, detail.notes.get(step.name)) for step in detail.saga.steps]
     rows += [["-", name, "", "pending", "", "", "", ""] for name in detail.pending]
+    if not detail.retry_unknown:  # known: a column, after the attempts it governs
+        headers.insert(5, "RETRY ON")
+        names = [step.name for step in detail.saga.steps] + list(detail.pending)
+        rows = [
+            [*row[:5], detail.retry_of(name) or "-", *row[5:]]
+            for row, name in zip(rows, names, strict=True)
+        ]
     session.table(headers, rows)
 
 
@@ -177,9 +271,10 @@ def _event_row(entry: admin.TimelineEntry) -> list[str | Text]:
 # -- diff -------------------------------------------------------------------------------------
 
 
-def render_diff(session: Session, diff: admin.SagaDiff) -> None:
+def render_diff(session: Session, diff: admin.SagaDiff, wide: bool = False) -> None:
     sides = [("left", diff.left), ("right", diff.right)]
-    session.table(
+    id_table(
+        session,
         ["", "ID", "NAME", "STATUS", "TOOK", "INPUT SHA-256"],
         [
             [
@@ -192,6 +287,8 @@ def render_diff(session: Session, diff: admin.SagaDiff) -> None:
             ]
             for side, v in sides
         ],
+        wide,
+        column=1,
     )
     session.say("input: " + ("same" if diff.same_input else "DIFFERENT"))
     session.say()

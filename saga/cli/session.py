@@ -7,12 +7,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import sys
 import traceback
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -69,22 +71,48 @@ class Session:
     def say(self, text: str | Text = "", style: str | None = None) -> None:
         self.out.print(_safe(text), style=style, markup=False)
 
-    def table(self, headers: Sequence[str] | None, rows: Sequence[Sequence[str | Text]]) -> None:
-        """A rich table on a terminal, aligned plain columns elsewhere (no header row: None)."""
+    def table(
+        self,
+        headers: Sequence[str] | None,
+        rows: Sequence[Sequence[str | Text]],
+        whole: Collection[int] = (),
+    ) -> None:
+        """A rich table on a terminal, aligned plain columns elsewhere (no header row: None).
+
+        On a terminal too narrow for every cell, rich wraps cells; the columns in ``whole``
+        are never wrapped (a saga id cut in two names nothing one can paste).
+        """
         if not rows and not headers:
             return
         cells = [[_safe(cell) for cell in row] for row in rows]
         if self.out.is_terminal:
-            columns = headers or [""] * len(cells[0])
-            table = Table(
-                *columns, box=None, header_style="bold", pad_edge=False, show_header=bool(headers)
-            )
-            for row in cells:
-                table.add_row(*row)
-            self.out.print(table)
+            self.out.print(_rich_table(headers, cells, whole))
             return
         for line in plain_columns(headers, cells):
             self.out.print(line, markup=False, highlight=False)
+
+    def fits(self, headers: Sequence[str] | None, rows: Sequence[Sequence[str | Text]]) -> bool:
+        """Whether the table prints on one line a row, no cell wrapped: on a terminal, if it
+        is wide enough; elsewhere always (plain columns are never cut)."""
+        if not self.out.is_terminal or not rows:
+            return True
+        table = _rich_table(headers, [[_safe(cell) for cell in row] for row in rows])
+        unbounded = self.out.options.update_width(sys.maxsize)  # its natural width, not clamped
+        return Measurement.get(self.out, unbounded, table).maximum <= self.out.width
+
+
+def _rich_table(
+    headers: Sequence[str] | None, cells: Sequence[Sequence[Text]], whole: Collection[int] = ()
+) -> Table:
+    columns = headers or [""] * len(cells[0])
+    table = Table(
+        *columns, box=None, header_style="bold", pad_edge=False, show_header=bool(headers)
+    )
+    for index in whole:
+        table.columns[index].no_wrap = True
+    for row in cells:
+        table.add_row(*row)
+    return table
 
 
 def _console(*, stderr: bool) -> Console:
@@ -228,6 +256,12 @@ def scrub(text: str, url: str | None) -> str:
     if not password:
         return text
     return text.replace(raw, masked_url(raw)).replace(f":{password}@", ":***@")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a command line may repeat it: as given, or masked if it holds a password
+    (which is never printed; a URL in ``$SAGA_DATABASE_URL`` needs no repeating)."""
+    return url if _password(url) is None else masked_url(url)
 
 
 def _password(url: str) -> str | None:

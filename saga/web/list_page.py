@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from saga.admin import SagaPage, current_step, human_duration, is_stuck, iso_time
+from saga.ports import DEFAULT_LIST_LIMIT
 from saga.status import SagaStatus
 from saga.views import SagaView
 from saga.web.markup import attr, page, query, table, text
@@ -20,7 +21,7 @@ class Filters:
     key: str = ""
     stuck: bool = False
     age: str = ""  # "older than", a duration such as 10m or 2d
-    limit: int = 50
+    limit: int = DEFAULT_LIST_LIMIT
 
     def params(self, before: str | None = None) -> dict[str, str | tuple[str, ...] | None]:
         """The query parameters that reproduce these filters (and a page anchor)."""
@@ -30,7 +31,7 @@ class Filters:
             "key": self.key,
             "stuck": "1" if self.stuck else None,
             "age": self.age,
-            "limit": str(self.limit) if self.limit != 50 else None,
+            "limit": str(self.limit) if self.limit != DEFAULT_LIST_LIMIT else None,
             "before": before,
         }
 

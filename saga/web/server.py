@@ -25,6 +25,7 @@ from saga.errors import (
     StorageUnavailableError,
     UnknownSagaError,
 )
+from saga.ports import DEFAULT_LIST_LIMIT
 from saga.web import actions, saga_page
 from saga.web.list_page import Filters, list_page
 from saga.web.markup import ROOT
@@ -205,9 +206,9 @@ class ReadOnly(Exception):  # noqa: N818 - a signal, not an error the user sees 
 def _filters(request: Request) -> Filters:
     params = request.query_params
     try:
-        limit = max(1, min(500, int(params.get("limit") or 50)))
+        limit = max(1, min(500, int(params.get("limit") or DEFAULT_LIST_LIMIT)))
     except ValueError:
-        limit = 50
+        limit = DEFAULT_LIST_LIMIT
     return Filters(
         statuses=tuple(params.getlist("status")),
         name=params.get("name", ""),

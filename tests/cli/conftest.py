@@ -14,8 +14,9 @@ from saga.adapters.sql import tables
 from sqlalchemy import update
 from typer.testing import CliRunner, Result
 
-from saga import Coordinator, SagaFailed, SagaScope
+from saga import Coordinator, SagaFailed, SagaScope, SagaStatus
 from saga.cli import app
+from saga.ports import Commit, Event, SagaRecord
 from tests.cli import steps
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,6 +76,12 @@ def expire(coord: Coordinator, saga_id: str) -> None:
             .where(tables.instances.c.id == saga_id)
             .values(lease_expires_at=0.0)
         )
+
+
+def bare(coord: Coordinator, saga_id: str, name: str, key: str | None = None) -> None:
+    """A saga with a chosen id (as any uuid4 could be), started and left running."""
+    record = SagaRecord(saga_id, name, key, "imperative", SagaStatus.RUNNING, None, None, "x", 1)
+    coord.store.create(record, Commit(saga_id, 1, events=(Event("saga_started"),)), 30.0)
 
 
 def failed_saga(coord: Coordinator, blocker: Path) -> str:

@@ -109,7 +109,7 @@ def test_show_history_and_diff_escape_names_results_and_errors(
     assert "boom " + SHOWN in shown  # the step's error, and the saga's
     assert "cannot put back " + SHOWN in shown
     completed = clean(saga(sagas, "show", sagas.completed, cwd=tmp_path))
-    assert r"key      k\nfake-row  completed" in completed
+    assert r"key       k\nfake-row  completed" in completed  # aligned under "retry on"
     assert r'{"got":"\u001b[2J' in completed  # the result, as JSON escapes it
     history = clean(saga(sagas, "history", sagas.failed, cwd=tmp_path))
     assert f"step boom{SHOWN} failed: ValueError: boom {SHOWN}" in history

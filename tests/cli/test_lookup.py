@@ -8,14 +8,7 @@ import json
 import pytest
 
 from saga import AmbiguousSagaError, Coordinator, SagaStatus, UnknownSagaError
-from saga.ports import Commit, Event, SagaRecord
-from tests.cli.conftest import World, invoke, one_error_line
-
-
-def _bare(coord: Coordinator, saga_id: str, name: str, key: str | None = None) -> None:
-    """A saga with a chosen id (as any uuid4 could be), started and left running."""
-    record = SagaRecord(saga_id, name, key, "imperative", SagaStatus.RUNNING, None, None, "x", 1)
-    coord.store.create(record, Commit(saga_id, 1, events=(Event("saga_started"),)), 30.0)
+from tests.cli.conftest import World, bare, invoke, one_error_line
 
 
 def test_show_and_history_by_key(world: World) -> None:
@@ -39,8 +32,8 @@ def test_an_ambiguous_prefix_is_refused_with_the_candidates(
     world: World, coord: Coordinator
 ) -> None:
     first, second = "abcd1234-0000-4000-8000-000000000001", "abcd5678-0000-4000-8000-000000000002"
-    _bare(coord, first, "twin-a")
-    _bare(coord, second, "twin-b")
+    bare(coord, first, "twin-a")
+    bare(coord, second, "twin-b")
     result = invoke(world.url, "compensate", "abcd")
     assert result.exit_code == 2, result.output
     line = one_error_line(result.stderr)
@@ -80,7 +73,7 @@ def test_naming_a_saga_badly_is_one_line(world: World, args: list[str], expected
 
 def test_the_library_gets_by_key_and_name(world: World, coord: Coordinator) -> None:
     assert coord.get(key="ok-1").id == world.completed
-    _bare(coord, "bbbb0000-0000-4000-8000-000000000003", "other-definition", key="ok-1")
+    bare(coord, "bbbb0000-0000-4000-8000-000000000003", "other-definition", key="ok-1")
     with pytest.raises(AmbiguousSagaError, match="key 'ok-1' names 2 sagas"):
         coord.get(key="ok-1")
     assert coord.get(key="ok-1", name="cli-order").id == world.completed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 from tests.cli.conftest import World, invoke
@@ -16,7 +17,7 @@ SUMMARY_KEYS = {
 STEP_KEYS = {
     "seq", "name", "kind", "status", "attempt", "compensation_attempt", "transactional",
     "started_at", "finished_at", "duration_seconds", "result", "error", "input_digest",
-    "output_digest", "in_doubt", "pivot",
+    "output_digest", "in_doubt", "pivot", "retry_on",
 }  # fmt: skip
 EVENT_KEYS = {
     "id", "at", "offset_seconds", "duration_seconds", "kind", "step", "attempt", "epoch",
@@ -73,7 +74,8 @@ def test_list_pages_with_limit_and_before(world: World) -> None:
     second = json_of(world, "list", "--limit", "2", "--before", first["next_before"])
     assert [row["id"] for row in second["sagas"]] == [world.failed, world.compensated]
     text = invoke(world.url, "list", "--limit", "2").stdout
-    assert text.splitlines()[-1] == f"more: saga list --before {world.stuck}"
+    hint = shlex.join(["saga", "--db", world.url, "list", "--limit", "2", "--before", world.stuck])
+    assert text.splitlines()[-1] == f"more: {hint}"
 
 
 def test_show_marks_the_in_doubt_step_and_the_pivot(world: World) -> None:

@@ -5,9 +5,16 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import tenacity
 
-from saga import ConfigurationError, LeaseLostError, PayloadError, RetryPolicy
-from saga.policy import DEFAULT_COMPENSATION_RETRY, DEFAULT_STEP_RETRY, STORE_RETRY
+from saga import ConfigurationError, LeaseLostError, PayloadError, RetryPolicy, is_transient
+from saga.policy import (
+    DEFAULT_COMPENSATION_RETRY,
+    DEFAULT_STEP_RETRY,
+    STORE_RETRY,
+    RetryOn,
+    describe_retry_on,
+)
 
 FAST = {"initial_delay": 0.0, "jitter": 0.0}
 
@@ -158,3 +165,43 @@ def test_async_retrying_follows_the_same_policy() -> None:
 
     asyncio.run(drive())
     assert action.calls == 3
+
+
+def _judge(error: BaseException) -> bool:
+    return True
+
+
+class _Judge:
+    def __call__(self, error: BaseException) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("retry_on", "described"),
+    [
+        (is_transient, "transient errors (default)"),
+        ((ConnectionError, PayloadError), "ConnectionError, saga.errors.PayloadError"),
+        (TimeoutError, "TimeoutError"),
+        ((), "no error"),
+        (_judge, "predicate tests.unit.test_policy:_judge"),
+        (_Judge(), "predicate tests.unit.test_policy:_Judge object"),
+        (
+            tenacity.retry_if_exception_type(OSError) | tenacity.retry_always,
+            "tenacity retry_any(retry_if_exception_type(OSError), retry_always)",
+        ),
+        (
+            tenacity.retry_if_exception(_judge),
+            "tenacity retry_if_exception(tests.unit.test_policy:_judge)",
+        ),
+        (tenacity.retry_if_exception_message(match="again"), "tenacity retry_if_exception_message"),
+        (tenacity.retry_always, "tenacity retry_always"),
+    ],
+)
+def test_retry_on_is_described_in_a_few_words(retry_on: RetryOn, described: str) -> None:
+    assert describe_retry_on(retry_on) == described
+
+
+def test_a_long_description_is_cut_and_says_so() -> None:
+    described = describe_retry_on((ConnectionError,) * 20)
+    assert len(described) == 80
+    assert described.endswith("...")
