@@ -255,17 +255,23 @@ def reverse(ctx: StepContext) -> bool:
     """Undo this step's effect if it is applied; whether this call undid it."""
 
     def work(db: psycopg.Connection[Any]) -> bool:
-        row = db.execute(
-            "UPDATE effects SET state = 'undone' WHERE key = %s AND state = 'applied'"
-            " RETURNING moves",
-            (ctx.idempotency_key,),
-        ).fetchone()
-        if row is None:  # nothing applied: a tombstone, so that a late action stays a no-op
-            db.execute(
-                "INSERT INTO effects (key, saga_id, step, state, moves)"
-                " VALUES (%s, %s, %s, 'undone', '[]') ON CONFLICT (key) DO NOTHING",
-                (ctx.idempotency_key, ctx.saga_id, ctx.step),
-            )
+        # The tombstone first: its insert waits for an action's transaction still in
+        # flight on the same key (an owner stalled past its lease), so the update below
+        # sees that action's row once it committed. Updating first would find nothing,
+        # the tombstone's insert would then yield to the action's row, and the effect
+        # would stay applied under a compensated saga.
+        tombstone = db.execute(
+            "INSERT INTO effects (key, saga_id, step, state, moves)"
+            " VALUES (%s, %s, %s, 'undone', '[]') ON CONFLICT (key) DO NOTHING",
+            (ctx.idempotency_key, ctx.saga_id, ctx.step),
+        ).rowcount
+        row = None
+        if not tombstone:
+            row = db.execute(
+                "UPDATE effects SET state = 'undone' WHERE key = %s AND state = 'applied'"
+                " RETURNING moves",
+                (ctx.idempotency_key,),
+            ).fetchone()
         for account, column, delta in json.loads(row[0]) if row else []:
             _move(db, account, column, -delta, guard=False)
         _call(db, ctx, "undo", row is not None)
