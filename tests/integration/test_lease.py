@@ -45,15 +45,20 @@ def test_a_running_saga_shows_its_owner_epoch_and_lease(make_coord: MakeCoordina
 
 
 def test_the_heartbeat_keeps_a_long_step_leased(make_coord: MakeCoordinator) -> None:
-    coord = make_coord(lease_ttl=0.6)
-    rival = make_coord(lease_ttl=0.6)
+    # The lease is long enough that a busy machine's scheduling pauses do not starve the
+    # heartbeat (renewed every second); the step outlives the lease it started with.
+    coord = make_coord(lease_ttl=3.0)
+    rival = make_coord(lease_ttl=3.0)
     reports: list[RecoveryReport] = []
     saga = Saga("lease-heartbeat")
 
     @saga.step()
     def long_step(ctx: StepContext) -> str:
         if ctx.attempt == 1:
-            time.sleep(1.5)  # far longer than the lease
+            first_expiry = rival.get(ctx.saga_id).lease_expires_at
+            assert first_expiry is not None
+            while rival.store.now() <= first_expiry + 0.5:  # past the lease it began with
+                time.sleep(0.05)
             reports.append(rival.recover())
         return "done"
 
