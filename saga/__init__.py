@@ -38,6 +38,7 @@ from saga.errors import (
 from saga.listening import Listener, SagaEvent
 from saga.policy import RetryPolicy
 from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.resources import Resources
 from saga.scope import SagaScope
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.transient import is_transient
@@ -65,6 +66,7 @@ __all__ = [
     "RecordedError",
     "RecoveryOutcome",
     "RecoveryReport",
+    "Resources",
     "RetryPolicy",
     "Saga",
     "SagaBusyError",

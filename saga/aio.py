@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -43,6 +43,7 @@ class AsyncCoordinator:
         listeners: Iterable[Listener] = (),
         log_events: bool = True,
         create_tables: bool = True,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         self.sync = Coordinator(
             url,
@@ -55,8 +56,10 @@ class AsyncCoordinator:
             listeners=listeners,
             log_events=log_events,
             create_tables=create_tables,
+            resources=resources,
         )
         self.listeners = self.sync.listeners
+        self.resources = self.sync.resources
         self.store = async_store(self.sync.store)
         self.flows = self.sync.flows
         self.driver = TaskDriver(self.store, self.sync.driver)
@@ -80,6 +83,8 @@ class AsyncCoordinator:
         await self.close()
 
     async def close(self) -> None:
+        """See ``Coordinator.close``; async resource closers are awaited on this loop."""
+        await self.resources.aclose()
         await self.store.close()
         await asyncio.to_thread(self.sync.close)
 

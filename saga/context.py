@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from saga.resources import NO_RESOURCES, Resources
+
 _current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
     "saga_current_step", default=None
 )
@@ -21,7 +23,9 @@ class StepContext:
     succeeded so far (by step name), ``result`` this step's own forward
     result in a compensation (``None`` when the action never returned).
     ``idempotency_key`` is stable across attempts and processes: pass it to
-    the systems the step calls.
+    the systems the step calls. ``resources`` are what the coordinator gives its
+    steps (``ctx.resources["bank"]``, see ``saga.resources``); a test of a step
+    builds its context with fakes there.
     """
 
     saga_id: str
@@ -34,6 +38,7 @@ class StepContext:
     result: Any = None
     compensating: bool = False
     session: Any = None
+    resources: Resources = NO_RESOURCES
 
     @property
     def idempotency_key(self) -> str:

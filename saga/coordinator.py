@@ -6,7 +6,7 @@ import builtins
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -36,6 +36,7 @@ from saga.ports import (
 )
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.refs import Resolver
+from saga.resources import Resources
 from saga.scope import SagaScope
 from saga.settings import lease_ttl_setting
 from saga.status import SagaStatus, statuses_of
@@ -67,6 +68,8 @@ class Coordinator:
     event on the ``saga.engine`` logger (see ``saga.logs``). With
     ``create_tables=False`` a missing SQLite file or a database without saga's
     tables is refused (``DatabaseNotFoundError``) instead of created on first use.
+    ``resources`` (names to clients, pools, settings) are given to every step as
+    ``ctx.resources``; more with ``coord.resources.add(...)`` (see ``saga.resources``).
     """
 
     def __init__(
@@ -82,8 +85,10 @@ class Coordinator:
         listeners: Iterable[Listener] = (),
         log_events: bool = True,
         create_tables: bool = True,
+        resources: Mapping[str, Any] | None = None,
     ) -> None:
         lease_ttl = lease_ttl_setting(lease_ttl)  # checked before anything is opened
+        self.resources = resources if isinstance(resources, Resources) else Resources(resources)
         self.listeners = Listeners([LogListener()] if log_events else [])
         for listener in listeners:
             self.listeners.add(listener)
@@ -97,7 +102,9 @@ class Coordinator:
         self.resolver = Resolver(trusted_modules)
         self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.flows = Flows(payload_limit, self.resolver)
-        self.driver = ThreadDriver(self.store, lease_ttl, self.heartbeat, self.listeners)
+        self.driver = ThreadDriver(
+            self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
+        )
         self.verbs = Verbs(self.flows, self.owner, lease_ttl, self)
         self._sagas = versions.Registry()
 
@@ -112,9 +119,11 @@ class Coordinator:
 
     def close(self) -> None:
         """Stop the heartbeat, deliver what the listeners still have queued (for a few
-        seconds at most) and release the database connections."""
+        seconds at most), close the resources handed over to it and release the database
+        connections."""
         self.heartbeat.stop()
         self.listeners.close()
+        self.resources.close()
         self.store.close()
 
     def add_listener(

@@ -6,7 +6,7 @@ what comes back. They work just as well from Python::
 
     from saga import admin
 
-    with admin.open_coordinator("postgresql+psycopg://...", apps=["shop.sagas"]) as coord:
+    with admin.application(apps=["shop.sagas:make_coordinator"]) as coord:
         for view in admin.list_sagas(coord, stuck=True).sagas:
             print(view.id, view.status)
 
@@ -15,7 +15,8 @@ documents them, and fields are only ever added, never renamed or removed.
 
 The modules behind this one::
 
-    inputs       the coordinator (--db, --app), and ids, statuses, durations checked
+    application  the coordinator: the application's factory (--app M:F), or --db and --app
+    inputs       modules imported, and ids, statuses, durations checked
     facts        a saga's step in flight, pivot and lease; times as operators read them
     results      the read commands' records and their JSON
     reads        list, show, history, diff
@@ -35,6 +36,7 @@ from saga.admin.actions import (
     resume,
     retry_compensation,
 )
+from saga.admin.application import application, split_apps
 from saga.admin.facts import (
     FINISHED,
     IN_DOUBT,
@@ -122,6 +124,7 @@ __all__ = [
     "VersionCheck",
     "VersionInUse",
     "WorkerStats",
+    "application",
     "cancel",
     "check_versions",
     "compensate",
@@ -156,6 +159,7 @@ __all__ = [
     "serve_worker_metrics",
     "show_saga",
     "show_with_history",
+    "split_apps",
     "status_counts",
     "stuck_ids",
     "target",

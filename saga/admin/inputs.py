@@ -52,7 +52,7 @@ def open_coordinator(
     url: str | None = None,
     apps: Sequence[str] = (),
     *,
-    lease_ttl: float = 30.0,
+    lease_ttl: float | None = None,
     store_retry: RetryPolicy = CLI_STORE_RETRY,
     create_tables: bool = False,
 ) -> Coordinator:

@@ -241,15 +241,16 @@ def worker_command(
         ),
     ] = 20,
     lease_ttl: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--lease-ttl",
             help="The lease on the saga in hand: if this worker dies, another takes it this long "
-            "after the last renewal.",
+            "after the last renewal (default: $SAGA_LEASE_TTL, else 30s; an --app factory's "
+            "coordinator has its own).",
             metavar="DURATION",
-            envvar="SAGA_LEASE_TTL",
+            show_default=False,
         ),
-    ] = "30s",
+    ] = None,
     log_format: Annotated[
         str | None,
         typer.Option(
@@ -292,8 +293,9 @@ def worker_command(
     session = session_of(ctx)
     with reporting(session):
         seconds = admin.parse_duration(interval, "--interval")
-        ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
-        session.lease_ttl = check_lease_ttl(ttl, "--lease-ttl")  # before the database is opened
+        if lease_ttl is not None:  # checked before the database is opened
+            ttl = admin.parse_duration(lease_ttl, "--lease-ttl")
+            session.lease_ttl = check_lease_ttl(ttl, "--lease-ttl")
         session.creates = True  # a worker may start before the application first ran
         log = _worker_log(session, log_format, log_file)
         coord = session.coordinator()

@@ -43,7 +43,8 @@ Apps = Annotated[
     list[str] | None,
     typer.Option(
         "--app",
-        help="Import this module (repeatable) so its sagas and compensations are known.",
+        help="Import this module (repeatable) so its sagas and compensations are known; "
+        "MODULE:FUNCTION calls the application's factory for the coordinator to use.",
         show_default=False,
         metavar="MODULE",
         envvar="SAGA_APP",

@@ -43,24 +43,27 @@ class Session:
     apps: list[str]
     debug: bool
     json: bool
-    lease_ttl: float = 30.0
+    lease_ttl: float | None = None  # None: $SAGA_LEASE_TTL, else 30 s (or the factory's)
     creates: bool = False  # set by the commands that may create the tables (db, worker)
     out: Console = dataclasses.field(default_factory=lambda: _console(stderr=False))
     err: Console = dataclasses.field(default_factory=lambda: _console(stderr=True))
     _coordinator: Coordinator | None = None
+    _opened: contextlib.ExitStack = dataclasses.field(default_factory=contextlib.ExitStack)
 
     def coordinator(self) -> Coordinator:
-        """Opened on first use, so that `--help` and the demo never touch the database."""
+        """Opened on first use, so that `--help` and the demo never touch the database:
+        the application's own when ``--app`` names its factory (``MODULE:FUNCTION``)."""
         if self._coordinator is None:
-            self._coordinator = admin.open_coordinator(
-                self.url, self.apps, lease_ttl=self.lease_ttl, create_tables=self.creates
+            self._coordinator = self._opened.enter_context(
+                admin.application(
+                    self.url, self.apps, lease_ttl=self.lease_ttl, create_tables=self.creates
+                )
             )
         return self._coordinator
 
     def close(self) -> None:
-        if self._coordinator is not None:
-            self._coordinator.close()
-            self._coordinator = None
+        self._coordinator = None
+        self._opened.close()  # the coordinator, and the factory's own tear-down
 
     def wants_json(self, flag: bool) -> bool:
         return flag or self.json

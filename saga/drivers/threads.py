@@ -27,6 +27,7 @@ from saga.errors import StepTimeoutError
 from saga.lease import Heartbeat
 from saga.listening import Listeners
 from saga.ports import Commit, SagaRecord, SagaStore
+from saga.resources import NO_RESOURCES, Resources
 
 T = TypeVar("T")
 
@@ -51,15 +52,19 @@ class ThreadDriver:
         lease_ttl: float,
         heartbeat: Heartbeat,
         listeners: Listeners | None = None,
+        resources: Resources = NO_RESOURCES,
     ) -> None:
         self.store = store
+        self.resources = resources
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
         self.listeners = listeners if listeners is not None else Listeners()
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(effect.action, effect.context, effect.timeout, scope),
+            fx.Call: lambda effect, _: call(
+                effect.action, self.given(effect.context), effect.timeout, scope
+            ),
             fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
@@ -104,6 +109,12 @@ class ThreadDriver:
     def _answer(self, effect: fx.Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
 
+    def given(self, context: StepContext) -> StepContext:
+        """``context`` with this coordinator's resources (the engine knows none of them)."""
+        if not self.resources:  # none given: the context's empty default says so already
+            return context
+        return dataclasses.replace(context, resources=self.resources)
+
     def write(self, effect: fx.Write) -> bool:
         """Commit ``effect``'s change; the listeners are told once it committed."""
         try:
@@ -139,7 +150,7 @@ class ThreadDriver:
         the same transaction; (its result, must the saga stop)."""
 
         def work(session: Any) -> Any:
-            context = dataclasses.replace(effect.context, session=session)
+            context = dataclasses.replace(effect.context, session=session, resources=self.resources)
             return call(effect.action, context, scope=self.listeners.step_scope)
 
         committed: list[Commit] = []

@@ -33,7 +33,7 @@ def test_the_lease_comes_from_saga_lease_ttl(
 def test_the_worker_and_the_app_come_from_the_environment(world: World, tmp_path: Path) -> None:
     refused = run_saga("--db", world.url, "worker", cwd=tmp_path, env={"SAGA_LEASE_TTL": "50ms"})
     assert refused.returncode == 2
-    assert "--lease-ttl 0.05s is out of range" in one_error_line(refused.stderr)
+    assert "SAGA_LEASE_TTL 0.05s is out of range" in one_error_line(refused.stderr)
     shown = run_saga(
         "--db", world.url, "show", world.failed, cwd=tmp_path, env={"SAGA_APP": "tests.cli.steps"}
     )
