@@ -141,7 +141,8 @@ class InMemorySagaStore:
                 if row is None or row.saga.epoch != epoch:
                     lost.add(saga_id)
                     continue
-                row.saga = dataclasses.replace(row.saga, lease_expires_at=now + lease_ttl)
+                if row.saga.owner is not None:  # a lease given up stays free
+                    row.saga = dataclasses.replace(row.saga, lease_expires_at=now + lease_ttl)
                 if _must_stop(row.saga, now):
                     stop.add(saga_id)
         return Renewal(frozenset(stop), frozenset(lost))

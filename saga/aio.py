@@ -91,6 +91,10 @@ class AsyncCoordinator:
     async def create_schema(self) -> None:
         await asyncio.to_thread(self.sync.create_schema)
 
+    def drain(self) -> None:
+        """See ``Coordinator.drain``; safe to call from a signal handler."""
+        self.sync.drain()
+
     def register(self, *sagas: Saga) -> None:
         self.sync.register(*sagas)
 

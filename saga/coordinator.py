@@ -126,6 +126,16 @@ class Coordinator:
         self.resources.close()
         self.store.close()
 
+    def drain(self) -> None:
+        """Hand back, at their next step boundary, the sagas this coordinator is running:
+        for a clean shutdown (``saga worker`` does it on SIGTERM). A step in progress
+        ends first; then, instead of starting the next step (or compensation, or the
+        next try of a compensation after its wait), the saga's lease is given up in a
+        fenced commit and the call raises ``SagaHandedBack``: another process may take
+        the saga at once, without waiting for a lease to run out. A saga whose last
+        step ended is finished, not handed back. Start no new sagas afterwards."""
+        self.driver.draining.set()
+
     def add_listener(
         self, listener: Listener, *, inline: bool | None = None, queue_size: int | None = None
     ) -> None:

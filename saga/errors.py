@@ -204,6 +204,20 @@ class LeaseLostError(SagaError):
 LeaseLost = LeaseLostError
 
 
+class SagaHandedBack(SagaError):
+    """This process is stopping (``Coordinator.drain()``): it handed the saga's lease
+    back at a step boundary, and any other process may finish it at once. Nothing
+    failed: the saga is as it was, ``running`` or ``compensating``."""
+
+    def __init__(self, saga_id: str, status: SagaStatus) -> None:
+        self.saga_id = saga_id
+        self.status = status
+        super().__init__(
+            f"saga {saga_id} handed back while {status.value}: this process is stopping, "
+            "and another process (a worker, a retry of the same key) finishes it"
+        )
+
+
 class StepTimeoutError(SagaError, TimeoutError):
     """A step's action did not return within its ``timeout``."""
 
@@ -290,5 +304,9 @@ def error_message(error: BaseException) -> str:
     return error.message if isinstance(error, RecordedError) else str(error)
 
 
-INFRASTRUCTURE_ERRORS: tuple[type[SagaError], ...] = (LeaseLostError, StorageError)
+INFRASTRUCTURE_ERRORS: tuple[type[SagaError], ...] = (
+    LeaseLostError,
+    StorageError,
+    SagaHandedBack,
+)
 """Errors of saga's own machinery: never mistaken for a step's failure."""

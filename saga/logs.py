@@ -43,6 +43,7 @@ _LEVELS: Mapping[str, int] = {
     "saga_cancelled": logging.INFO,
     "saga_compensating": logging.INFO,
     "lease_claimed": logging.INFO,
+    "lease_released": logging.INFO,
     "operator_action": logging.INFO,
     "step_failed": logging.INFO,
     "step_in_doubt": logging.WARNING,

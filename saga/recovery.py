@@ -18,6 +18,8 @@ class RecoveryOutcome:
     (this one stalled past its lease). That process finishes it; this one
     wrote nothing more for it, no event and no release. ``status`` and
     ``error`` are then None, and the outcome is ok: nothing failed.
+    ``handed_back``: this process was draining (``Coordinator.drain()``) and gave
+    the saga back at a step boundary, still ``status``; ok, nothing failed.
     """
 
     saga_id: str
@@ -25,6 +27,7 @@ class RecoveryOutcome:
     status: SagaStatus | None
     error: str | None
     lost: bool = False
+    handed_back: bool = False
 
     @property
     def ok(self) -> bool:
@@ -34,6 +37,11 @@ class RecoveryOutcome:
     def lost_to_another(cls, saga_id: str, name: str) -> RecoveryOutcome:
         """The outcome of a saga another process claimed while this one was finishing it."""
         return cls(saga_id, name, None, None, lost=True)
+
+    @classmethod
+    def given_back(cls, saga_id: str, name: str, status: SagaStatus) -> RecoveryOutcome:
+        """The outcome of a saga this process handed back while stopping."""
+        return cls(saga_id, name, status, None, handed_back=True)
 
 
 @dataclasses.dataclass

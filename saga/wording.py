@@ -63,6 +63,9 @@ def describe_event(event: Described) -> str:
             f" {attempt} failed: {error}; retrying in {detail.get('delay')}s"
         ),
         "lease_lost": lambda: f"lease lost to another process (epoch {event.epoch})",
+        "lease_released": lambda: (
+            f"lease handed back ({detail.get('why', 'released')}): any process may take it"
+        ),
     }
     if event.kind in texts:
         return texts[event.kind]()

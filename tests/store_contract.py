@@ -312,6 +312,20 @@ class StoreContract:
         assert store.renew_many({saga.id: 2}, TTL) == Renewal(lost=frozenset({saga.id}))
         assert store.renew_many({}, TTL) == Renewal()
 
+    def test_a_renewal_leaves_a_lease_given_up_free_and_does_not_call_it_lost(
+        self, store: SagaStore
+    ) -> None:
+        """The heartbeat may renew between a saga's hand-back (or final) commit and its
+        holder letting go: the lease must stay free for the next owner to claim at once."""
+        saga = create(store)
+        store.commit(Commit(saga.id, 1, release=True))
+        released = loaded(store, saga.id)
+        assert released.owner is None
+        assert store.renew_many({saga.id: 1}, 3600.0) == Renewal()
+        assert loaded(store, saga.id).lease_expires_at == released.lease_expires_at
+        claimed = store.claim(saga.id, "next", TTL, Event("lease_claimed"))
+        assert (claimed.owner, claimed.epoch) == ("next", 2)
+
     def test_claim_is_refused_while_another_owner_lease_is_live(self, store: SagaStore) -> None:
         live = create(store, owner="a")
         with pytest.raises(SagaBusyError, match="held by a"):

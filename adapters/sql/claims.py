@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, delete, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Connection, case, delete, or_, select, tuple_, update
 
 from saga.errors import (
     OperationRefusedError,
@@ -34,15 +34,19 @@ _RENEW_CHUNK = 500  # leases renewed per statement (bounds the bound parameters)
 def renew(
     connection: Connection, dialect: Dialect, held: Sequence[tuple[str, int]], lease_ttl: float
 ) -> Renewal:
-    """Extend the leases of ``held`` (saga id, epoch) still at their epoch."""
+    """Extend the leases of ``held`` (saga id, epoch) still at their epoch. A lease given
+    up at that epoch (owner cleared: the saga finished or was handed back) is left as it
+    is, free, or a renewal between that commit and the holder letting go would make the
+    next owner wait a whole lease; it is not reported lost either."""
     i = t.instances.c
     must_stop: set[str] = set()
     kept: set[str] = set()
+    renewed = case((i.owner.is_(None), i.lease_expires_at), else_=dialect.now() + lease_ttl)
     for start in range(0, len(held), _RENEW_CHUNK):
         rows = connection.execute(
             update(t.instances)
             .where(tuple_(i.id, i.epoch).in_(held[start : start + _RENEW_CHUNK]))
-            .values(lease_expires_at=dialect.now() + lease_ttl)
+            .values(lease_expires_at=renewed)
             .returning(i.id, stop(dialect))
         ).all()
         kept.update(row.id for row in rows)

@@ -24,6 +24,8 @@ class WorkerStats:
     errors: int = 0
     lost: int = 0
     """Sagas another process claimed while this worker was finishing them."""
+    handed_back: int = 0
+    """Sagas this worker gave back at a step boundary when told to stop (drain)."""
 
 
 def run_worker(
@@ -40,9 +42,11 @@ def run_worker(
 
     Several workers may share a database: claims skip what another holds. Up to
     ``concurrency`` sagas are finished at once, each in a thread of its own. The
-    stop flag is checked between sagas, so a worker that is told to stop finishes
-    the sagas in hand (leaving nothing claimed) and returns. While the database is
-    unreachable it backs off (tenacity) and logs one line a try.
+    stop flag is checked between sagas: a worker told to stop claims nothing more,
+    and returns once the sagas in hand are done, finished or, with
+    ``coord.drain()`` called too (as ``saga worker`` does on SIGTERM), handed back
+    at their next step boundary; either way it leaves nothing claimed. While the
+    database is unreachable it backs off (tenacity) and logs one line a try.
     """
     if interval <= 0 or batch < 1 or concurrency < 1:
         raise ConfigurationError(
@@ -61,7 +65,8 @@ def run_worker(
             log(f"worker {coord.owner} ready: the database answers and the schema is current")
         if handled < batch:  # caught up: rest; a full batch means more may be waiting
             stop.wait(interval)
-    log(f"worker {coord.owner} stopped after recovering {stats.recovered} saga(s)")
+    handed = f", handing {stats.handed_back} back" if stats.handed_back else ""
+    log(f"worker {coord.owner} stopped after recovering {stats.recovered} saga(s){handed}")
     return stats
 
 
@@ -144,6 +149,11 @@ class _Pass:
             self.stats.lost += 1
             self.log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
             return True
+        if outcome.handed_back:  # stopping: nothing more is claimed after it
+            self.stats.handed_back += 1
+            status = json_value(outcome.status)
+            self.log(f"saga {outcome.saga_id} ({outcome.name}): handed back while {status}")
+            return False
         if outcome.error is None:
             self.stats.recovered += 1
             self.log(f"saga {outcome.saga_id} ({outcome.name}): {json_value(outcome.status)}")

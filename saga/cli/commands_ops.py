@@ -303,7 +303,7 @@ def worker_command(
         stats = admin.WorkerStats()
         with (
             _serving_metrics(coord, stop, metrics_port, metrics_host, log, stats),
-            _stopping_on_signals(stop, log),
+            _stopping_on_signals(stop, log, coord.drain),
         ):
             admin.run_worker(
                 coord,
@@ -363,13 +363,18 @@ def _log(session: Session, text: str) -> None:
 
 
 @contextlib.contextmanager
-def _stopping_on_signals(stop: threading.Event, log: Callable[[str], None]) -> Iterator[None]:
-    """The first SIGTERM/SIGINT asks for a clean stop; a second one acts as usual."""
+def _stopping_on_signals(
+    stop: threading.Event, log: Callable[[str], None], drain: Callable[[], None]
+) -> Iterator[None]:
+    """The first SIGTERM/SIGINT asks for a clean stop, the sagas in hand handed back at
+    their next step boundary; a second one acts as usual."""
     signals = (signal.SIGTERM, signal.SIGINT)
     previous = {number: signal.getsignal(number) for number in signals}
 
     def on_signal(number: int, _frame: FrameType | None) -> None:
-        log(f"{signal.Signals(number).name}: finishing the saga in hand, then stopping")
+        name = signal.Signals(number).name
+        log(f"{name}: handing the sagas in hand back at their next step, then stopping")
+        drain()  # only sets a flag: safe in a signal handler
         stop.set()
         for restored in signals:
             signal.signal(restored, previous[restored])

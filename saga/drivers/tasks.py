@@ -48,7 +48,8 @@ class TaskDriver:
             fx.Hold: _hold,
             fx.StoreCall: lambda effect, _: asyncio.to_thread(effect.call, self.threads.store),
             fx.Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
-            fx.Sleep: lambda effect, _: asyncio.sleep(effect.seconds),
+            fx.Sleep: lambda effect, _: self.sleep(effect),
+            fx.Draining: lambda _, __: _answered(threads.draining.is_set()),
             fx.Launch: _launch,
             fx.Wait: lambda _, tasks: tasks.wait(),
             fx.CancelInFlight: _cancel_in_flight,
@@ -109,6 +110,14 @@ class TaskDriver:
         else:
             self.listeners.not_created(record)
         return stored, created
+
+    async def sleep(self, effect: fx.Sleep) -> None:
+        """A retry's wait; an interruptible one ends when the process drains (waited for
+        in a thread: the drain is a thread-safe flag, set from a signal handler)."""
+        if effect.interruptible:
+            await asyncio.to_thread(self.threads.draining.wait, effect.seconds)
+        else:
+            await asyncio.sleep(effect.seconds)
 
     async def _shielded_write(self, effect: fx.Write, flow: fx.Flow[Any]) -> bool | None:
         writing = asyncio.ensure_future(self.write(effect))
@@ -210,6 +219,10 @@ async def _hold(effect: fx.Hold, tasks: _Tasks) -> Any:
 
 async def _tell(effect: fx.Tell, tasks: _Tasks) -> None:
     tasks.driver.listeners.tell(effect.record, effect.events, durable=effect.durable)
+
+
+async def _answered(value: T) -> T:
+    return value
 
 
 async def _fault(effect: fx.Fault, _: _Tasks) -> None:

@@ -56,6 +56,7 @@ class ThreadDriver:
     ) -> None:
         self.store = store
         self.resources = resources
+        self.draining = threading.Event()  # set by Coordinator.drain(): hand sagas back
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
         self.listeners = listeners if listeners is not None else Listeners()
@@ -74,7 +75,8 @@ class ThreadDriver:
             fx.Tell: lambda effect, _: self.listeners.tell(
                 effect.record, effect.events, durable=effect.durable
             ),
-            fx.Sleep: lambda effect, _: time.sleep(effect.seconds),
+            fx.Sleep: lambda effect, _: self.sleep(effect),
+            fx.Draining: lambda _, __: self.draining.is_set(),
             fx.Launch: lambda effect, branches: branches.launch(effect.branches),
             fx.Wait: lambda _, branches: branches.wait(),
             fx.CancelInFlight: lambda _, __: None,  # a thread cannot be stopped: waited for
@@ -108,6 +110,13 @@ class ThreadDriver:
 
     def _answer(self, effect: fx.Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
+
+    def sleep(self, effect: fx.Sleep) -> None:
+        """A retry's wait; an interruptible one ends when the process drains."""
+        if effect.interruptible:
+            self.draining.wait(effect.seconds)
+        else:
+            time.sleep(effect.seconds)
 
     def given(self, context: StepContext) -> StepContext:
         """``context`` with this coordinator's resources (the engine knows none of them)."""

@@ -26,7 +26,10 @@ effect             the driver's answer
 ``Tell``           tells the coordinator's listeners of events (``Write``,
                    ``Create`` and ``Transact`` tell theirs once committed);
                    answers None
-``Sleep``          waits that many seconds (a retry's backoff)
+``Sleep``          waits that many seconds (a retry's backoff); an
+                   ``interruptible`` one ends early once the process drains
+``Draining``       whether this process is stopping (``Coordinator.drain()``):
+                   a flow then hands its saga back at the next boundary
 ``Fault``          a named crash point (``saga.faults``); answers None
 ``Launch``         starts branch flows, to run concurrently; answers None
 ``Wait``           waits until at least one branch ended; answers ``Waited``
@@ -46,6 +49,7 @@ from saga.codec import Encoded
 from saga.context import StepContext
 from saga.engine import records
 from saga.engine.decisions import Cursor
+from saga.errors import SagaHandedBack
 from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
 from saga.status import SagaStatus
 
@@ -114,6 +118,12 @@ class Tell:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Sleep:
     seconds: float
+    interruptible: bool = False  # a compensation's backoff: not worth keeping a stop waiting
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Draining:
+    """Asks whether the process is stopping; answers a bool."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -185,6 +195,7 @@ Effect = (
     | Transact
     | Tell
     | Sleep
+    | Draining
     | Fault
     | Launch
     | Wait
@@ -195,6 +206,7 @@ Flow = Generator[Effect, Any, T]
 """A flow that ends with a ``T``."""
 
 WAIT = Wait()
+DRAINING = Draining()
 
 
 def write(
@@ -208,3 +220,14 @@ def write(
     change = records.commit(record, writes, events, status, error)
     stop = yield Write(change, record)
     return records.apply(record, change, stop)
+
+
+def hand_back(
+    record: SagaRecord, writes: Sequence[StepWrite] = (), events: Sequence[Event] = ()
+) -> Flow[SagaHandedBack]:
+    """Commit ``writes`` with the lease given up (fenced, like any commit), so that any
+    process may take the saga at once; return what to raise. The saga's status stays."""
+    released = Event("lease_released", detail={"why": "this process is stopping"})
+    change = dataclasses.replace(records.commit(record, writes, [*events, released]), release=True)
+    yield Write(change, record)
+    return SagaHandedBack(record.id, record.status)

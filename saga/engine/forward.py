@@ -26,6 +26,7 @@ from saga.engine.attempts import attempts, recorded
 from saga.engine.decisions import Complete, Cursor, GiveUp, RunStep, past_pivot
 from saga.engine.decisions import pivot_may_have_acted as may_have_acted
 from saga.engine.effects import (
+    DRAINING,
     WAIT,
     Branch,
     CancelInFlight,
@@ -35,6 +36,7 @@ from saga.engine.effects import (
     Launch,
     Load,
     Waited,
+    hand_back,
     write,
 )
 from saga.engine.frontier import Frontier
@@ -62,6 +64,7 @@ class Forward:
         self.failure: tuple[str, BaseException | str] | None = None
         self.turned = False
         self.cancelled = False
+        self.draining = False  # the process is stopping: the saga is handed back, not run on
         self.not_run: list[str] = []
         self.completed: list[str] = []
 
@@ -84,7 +87,13 @@ class Forward:
                     why = f"gave up after {decision.attempts} attempts that never returned"
                     yield from self._fail_first(decision.name, why)
                     continue
-                if decision or self.carried:
+                if decision and not self.draining:
+                    self.draining = yield DRAINING  # stopping: no new step starts here
+                if self.draining:
+                    if not self.running:
+                        raise (yield from hand_back(self.record, self.carried, self.carried_events))
+                    yield from self._flush()  # what ended is durable while the rest ends
+                elif decision or self.carried:
                     yield from self._launch((yield from self._start(decision)))
                 if not self.running:
                     continue

@@ -23,7 +23,7 @@ from saga.engine.attempts import (
     undone_outcome,
 )
 from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack, unwound_status
-from saga.engine.effects import Action, Call, Fault, Flow, Load, Sleep, write
+from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep, hand_back, write
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga.failure import compensation_failed
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
@@ -122,6 +122,8 @@ def _undo(
     call, policy = compensation(resolver, record, step, saga)
     if call is None:
         return record
+    if (yield DRAINING):  # stopping: the next owner goes on with this compensation
+        raise (yield from hand_back(record))
     used = 0 if fresh else step.undo_attempt
     if not policy.allows(used + 1):
         return (yield from _exhausted(record, step.name, "compensation attempts used up"))
@@ -142,7 +144,12 @@ def _undo(
                 return (yield from _exhausted(cursor.record, step.name, text, error))
             attempt = recorded(cursor.record, step.name).undo_attempt
             yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
-            yield Sleep(delay)
+            yield Sleep(delay, interruptible=True)
+            if (yield DRAINING):  # the failed attempt is recorded with the hand-back
+                failed = records.undo_attempt_failed(
+                    cursor.record, step.name, cursor.error, cursor.took
+                )
+                raise (yield from hand_back(cursor.record, (), failed)) from None
     write_, event = records.undone(cursor.record, step.name, cursor.returned)
     record = yield from write(cursor.record, [write_], [event])
     yield Fault("after_undo_commit", step.name)

@@ -16,7 +16,7 @@ from saga import operations
 from saga.definition import Saga
 from saga.engine import records
 from saga.engine.decisions import RunStep, failed_step
-from saga.engine.effects import Flow, Hold, Load, StoreCall, Tell, write
+from saga.engine.effects import DRAINING, Flow, Hold, Load, StoreCall, Tell, write
 from saga.engine.flows import Flows
 from saga.errors import (
     LeaseLostError,
@@ -24,6 +24,7 @@ from saga.errors import (
     SagaBusyError,
     SagaChangedError,
     SagaFailed,
+    SagaHandedBack,
     UnknownSagaError,
 )
 from saga.ports import ClaimGuard, Event, SagaRecord
@@ -124,6 +125,8 @@ class Verbs:
         seen: set[str] = set()
         owner, ttl = self.owner, self.lease_ttl
         while limit is None or len(report.outcomes) < limit:
+            if (yield DRAINING):  # stopping: claim nothing more
+                break
             claimed = yield StoreCall(lambda store: store.claim_expired(owner, ttl, 1))
             if not claimed:
                 break
@@ -165,6 +168,8 @@ class Verbs:
             # This process stalled past its lease and another claimed the saga: the
             # history is that process's now, so not even a refusal is written here.
             return RecoveryOutcome.lost_to_another(saga_id, _name(record))
+        except SagaHandedBack as handed:  # this process is stopping: another goes on
+            return RecoveryOutcome.given_back(saga_id, _name(record), handed.status)
         except Exception as error:  # one saga's problem never stops the others
             yield from self.refused(saga_id, record, error)
             return RecoveryOutcome(saga_id, _name(record), None, str(error))

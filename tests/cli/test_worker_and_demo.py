@@ -28,7 +28,7 @@ def test_worker_recovers_stuck_sagas_and_stops_on_sigterm(
         worker.send_signal(signal.SIGTERM)
         _, stderr = worker.communicate(timeout=30)
     assert worker.returncode == 0, stderr
-    assert "SIGTERM: finishing the saga in hand, then stopping" in stderr
+    assert "SIGTERM: handing the sagas in hand back at their next step, then stopping" in stderr
     assert "stopped after recovering 2 saga(s)" in stderr
     assert coord.list(stuck=True) == []
 

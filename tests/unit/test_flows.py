@@ -14,7 +14,16 @@ from typing import Any
 
 import pytest
 
-from saga import RetryPolicy, Saga, SagaFailed, SagaStatus, StepStatus, engine, operations
+from saga import (
+    RetryPolicy,
+    Saga,
+    SagaFailed,
+    SagaHandedBack,
+    SagaStatus,
+    StepStatus,
+    engine,
+    operations,
+)
 from saga.engine import effects
 from saga.engine.attempts import attempts
 from saga.engine.flows import Flows
@@ -126,6 +135,7 @@ def test_a_sequential_saga_commits_each_success_with_the_next_start() -> None:
         "Call:reserve",
         "Fault:after_action:reserve",
         "Wait",
+        "Draining",  # is this process stopping? (no: the next step starts)
         "Fault:before_start_commit:charge",
         "Write:-:reserve+charge",  # reserve's success travels with charge's start
         "Fault:after_start_commit:charge",
@@ -152,6 +162,7 @@ def test_a_failed_step_turns_the_saga_then_unwinds_newest_first() -> None:
     assert kinds[turn - 1] == "CancelInFlight"  # in-flight siblings may be cancelled first
     assert kinds[turn + 1 :] == [
         "Fault:before_unwind:None",
+        "Draining",  # a stopping process would hand the saga back before this undo
         "Fault:before_undo:reserve",
         "Write:-:reserve",  # the compensation's start, durable before it runs
         "Call:reserve",
@@ -165,6 +176,32 @@ def test_a_failed_step_turns_the_saga_then_unwinds_newest_first() -> None:
     turned = driver.seen[turn]
     assert isinstance(turned, effects.Write)
     assert turned.change.steps[0].step.status is StepStatus.FAILED
+
+
+def test_a_draining_process_hands_back_instead_of_starting_the_next_step() -> None:
+    saga = two_step_saga()
+    record, first = started(saga)
+
+    def answer(effect: effects.Effect) -> Any:  # the process is stopping
+        return True if isinstance(effect, effects.Draining) else plain(effect)
+
+    driver = HandDriver(answer)
+    with pytest.raises(SagaHandedBack) as raised:
+        driver.run(FLOWS.forward(saga, record, first))
+    assert raised.value.status is SagaStatus.RUNNING
+    assert driver.kinds() == [
+        "Launch",
+        "Call:reserve",
+        "Fault:after_action:reserve",
+        "Wait",
+        "Draining",
+        "Write:-:reserve",  # reserve's success, with the lease given up
+    ]
+    handed = driver.seen[-1]
+    assert isinstance(handed, effects.Write)
+    assert handed.change.release is True
+    assert handed.change.status is None  # still running: the next owner goes on
+    assert [event.kind for event in handed.change.events] == ["step_succeeded", "lease_released"]
 
 
 def test_a_stop_asked_for_while_steps_run_cancels_them_and_unwinds() -> None:
