@@ -43,6 +43,7 @@ from saga.resources import Resources
 from saga.scope import SagaScope
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.transient import is_transient
+from saga.typed import ResultTypeError
 from saga.views import SagaView, StepView
 
 __version__ = "0.1.0"
@@ -68,6 +69,7 @@ __all__ = [
     "RecoveryOutcome",
     "RecoveryReport",
     "Resources",
+    "ResultTypeError",
     "RetryPolicy",
     "Saga",
     "SagaBusyError",

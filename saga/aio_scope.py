@@ -92,11 +92,14 @@ class AsyncSagaScope(ScopeCore):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         step_name: str | None = None,
+        result_type: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited if async) as the next step;
         ``compensate(result, *args, **kwargs)`` undoes it."""
-        planned = self._plan(fn, args, kwargs, compensate, transactional, retry, step_name)
+        planned = self._plan(
+            fn, args, kwargs, compensate, transactional, retry, step_name, result_type
+        )
         if planned is None:
             return self._result
         action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out

@@ -19,6 +19,7 @@ from saga.policy import (
     RetryPolicy,
 )
 from saga.status import StepKind
+from saga.typed import result_type_of
 
 StepFn = Callable[..., Any]
 OnCrash = Literal["resume", "compensate"]
@@ -54,6 +55,13 @@ class Step:
     transactional: bool
     undo: StepFn | None = None
     undo_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
+    declared_result_type: Any = None
+
+    @property
+    def result_type(self) -> Any:
+        """What the step's result is read back as (``result_type=``, else the return
+        annotation of ``fn`` when it names a dataclass or a model; else plain JSON)."""
+        return result_type_of(self.fn, self.declared_result_type)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -132,6 +140,7 @@ class Saga:
         pivot: bool = False,
         retriable: bool = False,
         transactional: bool = False,
+        result_type: Any = None,
     ) -> Callable[[StepFn], Step]: ...
     def step(
         self,
@@ -145,8 +154,12 @@ class Saga:
         pivot: bool = False,
         retriable: bool = False,
         transactional: bool = False,
+        result_type: Any = None,
     ) -> Step | Callable[[StepFn], Step]:
-        """Declare a step; it runs after the step declared before it unless ``after=``."""
+        """Declare a step; it runs after the step declared before it unless ``after=``.
+        Its result is read back (``ctx.results``, ``view.results``, ``ctx.result``) as
+        ``result_type``, by default the function's return annotation when it names a
+        dataclass or a pydantic model (see ``saga.typed``)."""
         if pivot and retriable:
             raise DefinitionError(f"saga {self.name!r}: a step cannot be both pivot and retriable")
         kind = (
@@ -163,6 +176,7 @@ class Saga:
                 after=None if after is None else tuple(after),
                 kind=kind,
                 transactional=transactional,
+                declared_result_type=result_type,
             )
             self.steps.append(step)
             self._plan = None

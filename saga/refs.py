@@ -22,6 +22,11 @@ from saga.errors import UnsafeReferenceError
 _known: dict[str, Callable[..., Any]] = {}
 
 
+def known_function(ref: str | None) -> Callable[..., Any] | None:
+    """The function this process registered under ``ref`` (None: none, or no ref)."""
+    return None if ref is None else _known.get(ref)
+
+
 def reference_of(fn: object, role: str) -> str:
     """The import path of ``fn``, remembered as known; refuse what cannot be imported."""
     problem = _unimportable(fn)

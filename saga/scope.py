@@ -84,11 +84,16 @@ class SagaScope(ScopeCore):
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         step_name: str | None = None,
+        result_type: Any = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as the next step; ``compensate(result, *args, **kwargs)``
-        undoes it. Both must be module-level functions and the arguments JSON values."""
-        planned = self._plan(fn, args, kwargs, compensate, transactional, retry, step_name)
+        undoes it. Both must be module-level functions and the arguments JSON values.
+        A replayed step returns its recorded result as ``result_type`` (default: ``fn``'s
+        return annotation, when it names a dataclass or a model; see ``saga.typed``)."""
+        planned = self._plan(
+            fn, args, kwargs, compensate, transactional, retry, step_name, result_type
+        )
         if planned is None:
             return self._result
         action = lambda _context: fn(*args, **kwargs)  # noqa: E731 - sync, even for async fn

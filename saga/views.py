@@ -8,6 +8,7 @@ from typing import Any
 from saga.codec import decode
 from saga.errors import CorruptRecordError
 from saga.ports import SagaRecord, StepRecord
+from saga.result_types import shown_result
 from saga.status import SagaStatus, StepKind, StepStatus
 
 
@@ -95,7 +96,7 @@ def view_of(record: SagaRecord) -> SagaView:
         created_at=record.created_at,
         updated_at=record.updated_at,
         cancel_requested=record.cancel_requested,
-        steps=tuple(_step_view(record.id, s) for s in record.steps),
+        steps=tuple(_step_view(record, s) for s in record.steps),
         version=_version(record),
         fingerprint=record.fingerprint,
         deadline=record.deadline,
@@ -111,13 +112,15 @@ def _version(record: SagaRecord) -> int | None:
         raise CorruptRecordError(record.id, f"unreadable version {record.version!r}") from None
 
 
-def _step_view(saga_id: str, step: StepRecord) -> StepView:
+def _step_view(record: SagaRecord, step: StepRecord) -> StepView:
+    saga_id = record.id
+    result = _decoded(saga_id, f"result of step {step.name!r}", step.result)
     return StepView(
         name=step.name,
         seq=step.seq,
         status=step.status,
         attempt=step.attempt,
-        result=_decoded(saga_id, f"result of step {step.name!r}", step.result),
+        result=shown_result(record, step, result),
         error=step.error,
         kind=step.kind,
         transactional=step.transactional,

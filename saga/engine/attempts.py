@@ -22,6 +22,7 @@ from saga.engine.decisions import Cursor
 from saga.engine.effects import Action, Call, Fault, Flow, Sleep, Tell, Transact, write
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga.result_types import typed_result
 from saga.status import StepStatus
 
 Outcome = Callable[[SagaRecord, str, Any], tuple[StepWrite, Event]]
@@ -180,7 +181,7 @@ def context_for(record: SagaRecord, name: str, attempt: int, data: Any) -> StepC
 def undo_context(record: SagaRecord, name: str) -> StepContext:
     """What a compensation of step ``name`` is told: its forward result as well."""
     step = recorded(record, name)
-    result = decode(step.result) if step.result is not None else None
+    result = typed_result(record, step) if step.result is not None else None
     return dataclasses.replace(
         context_for(record, name, step.undo_attempt, decode(record.input)),
         result=result,
@@ -205,7 +206,7 @@ class StepResults(Mapping[str, Any]):
         step = self._done(name)
         if step is None:
             raise KeyError(name)
-        return decode(step.result)
+        return typed_result(self._record, step)
 
     def __iter__(self) -> Iterator[str]:
         return (s.name for s in self._record.steps if self._done(s.name) is not None)

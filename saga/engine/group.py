@@ -71,6 +71,7 @@ class Group:
                 call.transactional,
                 call.retry,
                 call.step_name,
+                call.result_type,
             )
             if planned is None:  # succeeded in an earlier run of the block
                 self.results[index] = scope._result

@@ -30,6 +30,7 @@ from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga.refs import reference_of
 from saga.status import SagaStatus, StepKind, StepStatus
+from saga.typed import result_type_of, revive
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class StepCall:
     retry: RetryPolicy | None = None
     timeout: float | None = None
     step_name: str | None = None
+    result_type: Any = None
 
 
 def bound(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Action:
@@ -137,6 +139,7 @@ class ScopeCore:
         transactional: bool,
         retry: RetryPolicy | None,
         step_name: str | None,
+        result_type: Any = None,
     ) -> PlannedStep | None:
         """Check and record the call; None when the step already succeeded (see ``_result``)."""
         action_ref = reference_of(fn, "step function")
@@ -151,7 +154,9 @@ class ScopeCore:
         self._calls += 1
         recorded = self._replayed(self._calls, name, arguments.digest, action_ref)
         if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
-            self._result = decode(recorded.result)
+            self._result = revive(
+                decode(recorded.result), result_type_of(fn, result_type), f"result of step {name!r}"
+            )
             return None
         self._refuse_unless_running()
         template = StepRecord(
@@ -208,10 +213,13 @@ class ScopeCore:
         retry: RetryPolicy | None = None,
         timeout: float | None = None,
         step_name: str | None = None,
+        result_type: Any = None,
         **kwargs: Any,
     ) -> StepCall:
         """A step for :meth:`parallel`, with the arguments ``step`` takes; runs nothing."""
-        return StepCall(fn, args, kwargs, compensate, transactional, retry, timeout, step_name)
+        return StepCall(
+            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
+        )
 
     def _unwinds(self, error: BaseException | None) -> bool:
         """Whether leaving the block must unwind the saga."""
