@@ -17,9 +17,11 @@ endpoint is a plain ``def``: FastAPI runs it in its thread pool, where
 No ordinary case answers 500: 201 with the results (the first time and every
 replay), 422 when the saga failed and was compensated (or the request is not
 one), 409 when the key was used with other input, 409 with ``Retry-After``
-while another request or server is still running that key's saga, 503 with
-``Retry-After`` when the database cannot be reached. docs/examples/fastapi_app.md
-lists every answer with its body.
+while another request or server is still running that key's saga (or took it
+over from this one, paused past its lease), 503 with ``Retry-After`` when the
+database cannot be reached, its schema is another release's, or the server is
+shutting down (SIGTERM hands the sagas in flight back for the next server).
+docs/examples/fastapi_app.md lists every answer with its body.
 
 The app's lifespan opens one ``Coordinator`` and starts a recovery worker:
 a thread that calls ``coord.recover()`` every few seconds, so sagas left
@@ -40,11 +42,13 @@ import contextlib
 import logging
 import math
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from types import FrameType
 from typing import Annotated, Any
 
 try:
@@ -62,12 +66,15 @@ from saga import (
     Coordinator,
     DatabaseRefusedError,
     InputMismatchError,
+    LeaseLostError,
     PayloadError,
     RecoveryReport,
     RetryPolicy,
     Saga,
     SagaBusyError,
     SagaFailed,
+    SagaHandedBack,
+    SchemaVersionError,
     StepContext,
     StorageUnavailableError,
     UnknownSagaError,
@@ -144,6 +151,7 @@ will retry with its key anyway. A saga cut short by it keeps its record: once it
 runs out, the client's retry or the recovery worker finishes it."""
 
 DATABASE_RETRY_AFTER = 5
+SCHEMA_RETRY_AFTER = 60  # an upgrade takes minutes: no point in asking every few seconds
 """The ``Retry-After`` (seconds) of a 503: about a failover, or a restart of the database."""
 
 
@@ -189,6 +197,10 @@ def place_order(
         raise in_progress(busy, coord.lease_ttl) from busy
     except PayloadError as refused:
         raise unstorable(refused) from refused
+    except LeaseLostError as lost:
+        raise taken_over(lost, coord.lease_ttl) from lost
+    except SagaHandedBack as handed:
+        raise server_stopping(handed) from handed
     return {"saga_id": view.id, "status": view.status.value, "results": view.results}
 
 
@@ -238,11 +250,49 @@ def in_progress(busy: SagaBusyError, lease_ttl: float) -> HTTPException:
     return HTTPException(status_code=409, detail=detail, headers={"Retry-After": str(wait)})
 
 
+def taken_over(lost: LeaseLostError, lease_ttl: float) -> HTTPException:
+    """409 with Retry-After: this server paused past its lease (a long GC, a frozen VM)
+    and another process took the saga over; it is finishing it, and the same key then
+    answers with its outcome. Nothing this server did after the pause was recorded."""
+    wait = max(1, math.ceil(lease_ttl))
+    detail = {
+        "problem": "in_progress",
+        "saga_id": lost.saga_id,
+        "retry_after": wait,
+        "message": "this order is being finished by another server; ask again later",
+    }
+    return HTTPException(status_code=409, detail=detail, headers={"Retry-After": str(wait)})
+
+
+def server_stopping(handed: SagaHandedBack) -> HTTPException:
+    """503 with Retry-After: this server is shutting down and handed the saga back at a
+    step boundary; another server takes it at once, and the same key answers from there."""
+    detail = {
+        "problem": "server_stopping",
+        "saga_id": handed.saga_id,
+        "message": "this server is shutting down; ask again with the same Idempotency-Key",
+    }
+    return HTTPException(status_code=503, detail=detail, headers={"Retry-After": "1"})
+
+
 def retry_after(busy: SagaBusyError, lease_ttl: float) -> int:
     """Whole seconds (all Retry-After allows) until the holder's lease runs out, at least 1:
     by then the saga is finished, or its holder died and the next request takes it over."""
     left = busy.lease_remaining if busy.lease_remaining is not None else lease_ttl
     return max(1, math.ceil(left))
+
+
+async def schema_mismatch(request: Request, error: Exception) -> JSONResponse:
+    """503: the database's saga schema is not this release's (``saga db upgrade`` not run,
+    or a newer release migrated it). Nothing was written; an operator must act, so the
+    log says what, at ERROR, and clients are asked to come back much later."""
+    log.error("%s %s: %s", request.method, request.url.path, error)
+    message = "the service is being upgraded; try again later with the same Idempotency-Key"
+    return JSONResponse(
+        {"detail": {"problem": "schema_mismatch", "message": message}},
+        status_code=503,
+        headers={"Retry-After": str(SCHEMA_RETRY_AFTER)},
+    )
 
 
 async def database_unavailable(request: Request, error: Exception) -> JSONResponse:
@@ -283,6 +333,7 @@ def create_app(db_url: str | None = None) -> FastAPI:
     app.include_router(router)
     for unusable in (StorageUnavailableError, DatabaseRefusedError):
         app.add_exception_handler(unusable, database_unavailable)
+    app.add_exception_handler(SchemaVersionError, schema_mismatch)
     return app
 
 
@@ -292,12 +343,27 @@ app = create_app()  # for `uvicorn examples.fastapi_app:app`
 # -- running it -------------------------------------------------------------------------------
 
 
+class Server(uvicorn.Server):
+    """uvicorn's server, which on SIGTERM (or the first Ctrl-C) first tells the app's
+    coordinator to drain: the sagas its requests are running are handed back at their next
+    step (those requests answer 503 ``server_stopping``) and the next server takes them
+    at once, instead of the shutdown waiting for every saga to end."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        coord = getattr(self.config.app.state, "coord", None)
+        if coord is not None:
+            coord.drain()  # sets a flag: safe here, in a signal handler
+        super().handle_exit(sig, frame)
+
+
 @contextlib.contextmanager
-def serving(db_url: str | None) -> Iterator[str]:
-    """The app on a free port of 127.0.0.1 in a thread; yields its base URL."""
+def serving(db_url: str | None, app: FastAPI | None = None) -> Iterator[str]:
+    """The app (``create_app(db_url)`` unless given) on a free port of 127.0.0.1 in a
+    thread; yields its base URL. Leaving the block shuts it down as SIGTERM does."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(db_url), log_level="warning"))
+    config = uvicorn.Config(app or create_app(db_url), log_level="warning")
+    server = Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started:
@@ -308,7 +374,7 @@ def serving(db_url: str | None) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        server.should_exit = True
+        server.handle_exit(signal.SIGTERM, None)
         thread.join()
         sock.close()
 
@@ -366,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("demo", help="start the app, send a few requests, stop")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        uvicorn.run(create_app(args.db), host="127.0.0.1", port=args.port)
+        config = uvicorn.Config(create_app(args.db), host="127.0.0.1", port=args.port)
+        Server(config).run()  # uvicorn's, with a drain on SIGTERM
         return 0
     ok = demo(args.db)
     print("ok: one saga per idempotency key" if ok else "MISMATCH")

@@ -95,6 +95,11 @@ class AsyncCoordinator:
         """See ``Coordinator.drain``; safe to call from a signal handler."""
         self.sync.drain()
 
+    @property
+    def draining(self) -> bool:
+        """See ``Coordinator.draining``."""
+        return self.sync.draining
+
     def register(self, *sagas: Saga) -> None:
         self.sync.register(*sagas)
 

@@ -136,6 +136,11 @@ class Coordinator:
         step ended is finished, not handed back. Start no new sagas afterwards."""
         self.driver.draining.set()
 
+    @property
+    def draining(self) -> bool:
+        """Whether ``drain()`` was called: this coordinator is handing its sagas back."""
+        return self.driver.draining.is_set()
+
     def add_listener(
         self, listener: Listener, *, inline: bool | None = None, queue_size: int | None = None
     ) -> None:

@@ -202,6 +202,15 @@ def recover_until_settled(coord: Coordinator, timeout: float = 60.0) -> list[Rec
     return outcomes
 
 
+def wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    """Block until ``condition()`` holds (another thread or process makes it so)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the condition did not hold within {timeout:g}s")
+        time.sleep(0.005)
+
+
 def wait_for(path: Path, timeout: float) -> None:
     """Block until ``path`` exists (another process creates it)."""
     deadline = time.monotonic() + timeout

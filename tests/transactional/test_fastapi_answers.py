@@ -24,10 +24,13 @@ pytest.importorskip("fastapi", reason="fastapi is not installed (pip install sag
 pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install saga[examples])")
 
 import httpx
+from saga.adapters.sql import revisions
+from sqlalchemy import create_engine, text
 
 from examples import fastapi_app
-from saga import faults
+from saga import Coordinator, SagaStatus, faults
 from tests import children
+from tests.integration.support import expire_lease
 from tests.transactional import fastapi_child
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,6 +206,76 @@ def test_a_key_another_server_is_running_is_409_with_retry_after(
     assert f'"saga_id": "{done.json()["saga_id"]}"' in output
 
 
+def test_a_server_that_paused_past_its_lease_answers_409_not_500(
+    client: httpx.Client, db_url: str
+) -> None:
+    """The request's saga was taken over while the server was held (a long pause): its
+    next write is fenced out, and the answer says the order is being finished elsewhere."""
+    answers: list[httpx.Response] = []
+    with held_at_first_step() as (started, release), Coordinator(db_url) as rival:
+        first = threading.Thread(target=lambda: answers.append(place(client, "order-8")))
+        first.start()
+        assert started.wait(60.0), "the request never reached its first step"
+        faults.disarm()  # the rival must not be held too
+        saga_id = rival.get(key="order-8").id
+        expire_lease(rival, saga_id)  # as if the server had paused past its lease
+        rival.register(fastapi_app.order)
+        assert rival.recover().outcomes[0].status is SagaStatus.COMPLETED
+        release.set()
+        first.join(60.0)
+    [lost] = answers
+    assert lost.status_code == 409, lost.text
+    assert problem(lost) == "in_progress"
+    assert retry_after(lost) > 0
+    done = place(client, "order-8")
+    assert (done.status_code, done.json()["saga_id"]) == (201, saga_id)
+
+
+def test_a_server_shutting_down_hands_its_sagas_back_and_answers_503(db_url: str) -> None:
+    """SIGTERM (here, leaving ``serving``) drains the coordinator: the held request's saga
+    is handed back after its step in progress, and the next server finishes it at once."""
+    app = fastapi_app.create_app(db_url)
+    answers: list[httpx.Response] = []
+    with held_at_first_step() as (started, release):
+        serving = fastapi_app.serving(db_url, app)
+        base = serving.__enter__()
+        with httpx.Client(base_url=base, timeout=60.0) as client:
+            first = threading.Thread(target=lambda: answers.append(place(client, "order-9")))
+            first.start()
+            assert started.wait(60.0), "the request never reached its first step"
+            stopping = threading.Thread(target=lambda: serving.__exit__(None, None, None))
+            stopping.start()
+            children.wait_until(lambda: app.state.coord.draining, timeout=60.0)
+            release.set()
+            first.join(60.0)
+            stopping.join(60.0)
+    [handed] = answers
+    assert handed.status_code == 503, handed.text
+    assert problem(handed) == "server_stopping"
+    assert retry_after(handed) == 1
+    with served(db_url) as next_server:
+        done = place(next_server, "order-9")  # no lease to wait out
+    assert (done.status_code, done.json()["saga_id"]) == (201, handed.json()["detail"]["saga_id"])
+
+
+def test_a_schema_from_another_release_is_503_and_writes_nothing(db_url: str) -> None:
+    with Coordinator(db_url) as maker:  # a newer release migrated this database
+        maker.create_schema()
+    database = create_engine(db_url)
+    try:
+        with database.begin() as connection:
+            connection.execute(text(f"UPDATE {revisions.VERSION_TABLE} SET version_num = '9001'"))
+        with served(db_url) as client:
+            refused = place(client, "order-10")
+        with database.connect() as connection:
+            assert connection.execute(text("SELECT count(*) FROM saga_instances")).scalar() == 0
+    finally:
+        database.dispose()
+    assert refused.status_code == 503, refused.text
+    assert problem(refused) == "schema_mismatch"
+    assert retry_after(refused) == fastapi_app.SCHEMA_RETRY_AFTER
+
+
 # -- no database ----------------------------------------------------------------------------
 
 
@@ -239,6 +312,8 @@ ANSWERS = [
     ("422", "unstorable_input"),
     ("422", "Idempotency-Key"),
     ("503", "database_unavailable"),
+    ("503", "server_stopping"),
+    ("503", "schema_mismatch"),
     ("404", None),
 ]
 """Every answer the tests above see: (status, what its row of the doc's table names)."""
