@@ -240,27 +240,20 @@ def in_progress(busy: SagaBusyError, lease_ttl: float) -> HTTPException:
     key's alone, and a 503 would tell load balancers and retrying clients otherwise. The
     holder's message names its host and pid, which a client has no business reading.
     """
-    wait = retry_after(busy, lease_ttl)
-    detail = {
-        "problem": "in_progress",
-        "saga_id": busy.saga_id,
-        "retry_after": wait,
-        "message": "this Idempotency-Key's order is still being placed; ask again later",
-    }
-    return HTTPException(status_code=409, detail=detail, headers={"Retry-After": str(wait)})
+    message = "this Idempotency-Key's order is still being placed; ask again later"
+    return _still_running(busy.saga_id, retry_after(busy, lease_ttl), message)
 
 
 def taken_over(lost: LeaseLostError, lease_ttl: float) -> HTTPException:
     """409 with Retry-After: this server paused past its lease (a long GC, a frozen VM)
     and another process took the saga over; it is finishing it, and the same key then
     answers with its outcome. Nothing this server did after the pause was recorded."""
-    wait = max(1, math.ceil(lease_ttl))
-    detail = {
-        "problem": "in_progress",
-        "saga_id": lost.saga_id,
-        "retry_after": wait,
-        "message": "this order is being finished by another server; ask again later",
-    }
+    message = "this order is being finished by another server; ask again later"
+    return _still_running(lost.saga_id, max(1, math.ceil(lease_ttl)), message)
+
+
+def _still_running(saga_id: str, wait: int, message: str) -> HTTPException:
+    detail = {"problem": "in_progress", "saga_id": saga_id, "retry_after": wait, "message": message}
     return HTTPException(status_code=409, detail=detail, headers={"Retry-After": str(wait)})
 
 

@@ -56,6 +56,19 @@ def in_thread(call: object) -> tuple[threading.Thread, list[BaseException]]:
     return thread, errors
 
 
+def drained(owner: Coordinator, call: object, *gates: Gate) -> list[BaseException]:
+    """Run ``call`` in a thread; once every gate's step is inside, drain ``owner`` and let
+    the steps go: what ``call`` raised."""
+    thread, errors = in_thread(call)
+    for gate in gates:
+        assert gate.inside.wait(WAIT)
+    owner.drain()
+    for gate in gates:
+        gate.open.set()
+    thread.join(WAIT)
+    return errors
+
+
 def three_steps(name: str, gate: Gate, ran: list[str]) -> Saga:
     saga = Saga(name)
 
@@ -84,12 +97,7 @@ def test_a_draining_process_hands_back_before_the_next_step_and_another_takes_it
     gate, ran = Gate(), []
     saga = three_steps("drain-forward", gate, ran)
     owner = make_coord(lease_ttl=LONG_LEASE)
-    thread, errors = in_thread(lambda: owner.run(saga, key="d-1"))
-    assert gate.inside.wait(WAIT)
-    owner.drain()
-    gate.open.set()
-    thread.join(WAIT)
-    (handed,) = errors
+    (handed,) = drained(owner, lambda: owner.run(saga, key="d-1"), gate)
     assert isinstance(handed, SagaHandedBack)
     assert handed.status is SagaStatus.RUNNING
     view = owner.get(handed.saga_id)
@@ -118,12 +126,7 @@ def test_a_saga_whose_last_step_ends_while_draining_is_finished_not_handed_back(
         return "done"
 
     owner = make_coord(lease_ttl=LONG_LEASE)
-    thread, errors = in_thread(lambda: owner.run(saga, key="d-2"))
-    assert gate.inside.wait(WAIT)
-    owner.drain()
-    gate.open.set()
-    thread.join(WAIT)
-    assert errors == []
+    assert drained(owner, lambda: owner.run(saga, key="d-2"), gate) == []
     assert owner.get(key="d-2").status is SagaStatus.COMPLETED
 
 
@@ -151,13 +154,7 @@ def test_parallel_steps_in_flight_end_and_are_recorded_before_the_hand_back(
         return "c"
 
     owner = make_coord(lease_ttl=LONG_LEASE)
-    thread, errors = in_thread(lambda: owner.run(saga, key="d-3"))
-    assert left.inside.wait(WAIT)
-    assert right.inside.wait(WAIT)
-    owner.drain()
-    left.open.set()
-    right.open.set()
-    thread.join(WAIT)
+    errors = drained(owner, lambda: owner.run(saga, key="d-3"), left, right)
     assert [type(error) for error in errors] == [SagaHandedBack]
     view = owner.get(key="d-3")
     assert (view.step("a").status, view.step("b").status) == (StepStatus.SUCCEEDED,) * 2
@@ -196,12 +193,7 @@ def test_an_unwinding_saga_is_handed_back_between_compensations(
         raise RuntimeError("no courier")
 
     owner = make_coord(lease_ttl=LONG_LEASE)
-    thread, errors = in_thread(lambda: owner.run(saga, key="d-4"))
-    assert gate.inside.wait(WAIT)
-    owner.drain()
-    gate.open.set()
-    thread.join(WAIT)
-    (handed,) = errors
+    (handed,) = drained(owner, lambda: owner.run(saga, key="d-4"), gate)
     assert isinstance(handed, SagaHandedBack)
     view = owner.get(handed.saga_id)
     assert (view.status, view.owner) == (SagaStatus.COMPENSATING, None)
