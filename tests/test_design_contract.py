@@ -175,3 +175,32 @@ def test_the_context_manager_contract(contract_url: str) -> None:
     assert [entry[0] for entry in ledger] == ["debit", "uncredit", "refund"]
     assert coord.list(name="transfer")[0].id == failed.value.saga_id  # newest first
     coord.close()
+
+
+# -- DESIGN.md, "Contract additions", the lines built so far ----------------------------
+
+greeting = Saga("contract-additions")
+
+
+@greeting.step()
+def greet(ctx: StepContext) -> str:
+    assert (ctx.epoch, ctx.attempt) == (1, 1)  # fencing for participants
+    assert ctx.idempotency_key == f"{ctx.saga_id}:greet"
+    return f"{ctx.resources['settings']['greeting']}, {ctx.data}"  # ctx.resources
+
+
+def make_coordinator() -> Coordinator:
+    """What ``saga --app tests.test_design_contract:make_coordinator ...`` calls."""
+    coord = Coordinator(resources={"settings": {"greeting": "hello"}})
+    coord.register(greeting)
+    return coord
+
+
+def test_the_contract_additions_built_so_far(contract_url: str) -> None:
+    from saga import admin
+
+    with admin.application(apps=["tests.test_design_contract:make_coordinator"]) as coord:
+        view = coord.run(greeting, data="ada", key="g-1")
+        assert view.results["greet"] == "hello, ada"
+        assert coord.get(key="g-1", name="contract-additions").id == view.id  # by key
+    assert RetryPolicy(retry_on=lambda exc: isinstance(exc, KeyError)).retries(KeyError())
