@@ -28,6 +28,10 @@ from saga.ports import AsyncSagaStore, Commit, SagaRecord
 T = TypeVar("T")
 
 
+DRAIN_POLL = 0.1
+"""Seconds between two looks at the drain flag during an interruptible wait."""
+
+
 class TaskDriver:
     """Runs flows on an event loop for one ``AsyncCoordinator``."""
 
@@ -112,12 +116,16 @@ class TaskDriver:
         return stored, created
 
     async def sleep(self, effect: fx.Sleep) -> None:
-        """A retry's wait; an interruptible one ends when the process drains (waited for
-        in a thread: the drain is a thread-safe flag, set from a signal handler)."""
-        if effect.interruptible:
-            await asyncio.to_thread(self.threads.draining.wait, effect.seconds)
-        else:
+        """A retry's wait; an interruptible one ends soon after the process drains. The
+        drain is a thread's flag (set from a signal handler): looked at every
+        ``DRAIN_POLL`` seconds, on the loop, so that a long backoff holds no thread."""
+        if not effect.interruptible:
             await asyncio.sleep(effect.seconds)
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + effect.seconds
+        while not self.threads.draining.is_set() and (left := end - loop.time()) > 0:
+            await asyncio.sleep(min(left, DRAIN_POLL))
 
     async def _shielded_write(self, effect: fx.Write, flow: fx.Flow[Any]) -> bool | None:
         writing = asyncio.ensure_future(self.write(effect))

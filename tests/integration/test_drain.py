@@ -288,3 +288,45 @@ def test_an_async_coordinator_drains_the_same_way(db_url: str) -> None:
         taker.register(saga)
         assert taker.recover().outcomes[0].status is SagaStatus.COMPLETED
     assert ran == ["first", "second", "third"]
+
+
+def test_an_async_compensations_backoff_ends_on_drain(
+    db_url: str,
+) -> None:
+    saga = Saga("drain-async-backoff")
+    tries: list[int] = []
+
+    @saga.step()
+    async def charge(ctx: StepContext) -> str:
+        return "charged"
+
+    @charge.compensation(retry=RetryPolicy(max_attempts=10, initial_delay=LONG_LEASE, jitter=0))
+    async def refund(ctx: StepContext) -> None:
+        tries.append(ctx.attempt)
+        if len(tries) == 1:
+            raise ConnectionError("bank unreachable")
+
+    @saga.step(retry=RetryPolicy(max_attempts=1))
+    async def ship(ctx: StepContext) -> None:
+        raise RuntimeError("no courier")
+
+    async def main() -> str:
+        async with AsyncCoordinator(db_url, lease_ttl=LONG_LEASE) as coord:
+            scheduled = asyncio.Event()
+            coord.add_listener(
+                lambda event: scheduled.set() if event.kind == "retry_scheduled" else None,
+                inline=True,
+            )
+            running = asyncio.create_task(coord.run(saga, key="d-8"))
+            await asyncio.wait_for(scheduled.wait(), WAIT)  # its wait is an hour
+            coord.drain()
+            with pytest.raises(SagaHandedBack) as handed:
+                await asyncio.wait_for(running, WAIT)
+            return handed.value.saga_id
+
+    saga_id = asyncio.run(main())
+    with Coordinator(db_url) as taker:
+        assert taker.get(saga_id).owner is None
+        taker.register(saga)
+        assert taker.recover().outcomes[0].status.value == "compensated"
+    assert len(tries) == 2
