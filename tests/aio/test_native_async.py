@@ -294,7 +294,10 @@ def test_a_stop_is_noticed_at_lease_renewal_during_a_long_async_step(
         assert view.step("wait").error == "stopped: cancel requested or deadline passed"
         assert view.step("wait").status is StepStatus.COMPENSATED
 
-    run_async(db_url, main, lease_ttl=0.3)  # renewed every 0.1 s
+    # Renewed every 0.5 s: the renewal is what notices the stop. Not shorter: the operator's
+    # cancel would claim a lease that a busy machine's pause let run out, and unwind the saga
+    # itself instead of recording the request.
+    run_async(db_url, main, lease_ttl=1.5)
 
 
 def test_an_async_group_cancels_its_async_calls_in_flight_on_a_failure(db_url: str) -> None:
