@@ -160,6 +160,8 @@ def _unknown(view: SagaView, now: float) -> tuple[str, ...]:
 
 # -- drawing ----------------------------------------------------------------------------------
 
+MIN_BAR_WIDTH = 2.0
+"""Every bar is drawn at least this wide (px), so that an attempt of a millisecond shows."""
 ROW, LABEL, PAD = 22, 110, 8
 _Row = Callable[["Bar"], float]
 
@@ -214,7 +216,7 @@ def _bar(bar: Bar, x: _Scale, y: _Row) -> str:
         f'<rect class="bar {lane}{bar.outcome}" data-step="{attr(bar.step)}" '
         f'data-lane="{bar.lane}" data-row="{bar.row}" data-attempt="{attr(bar.attempt)}" '
         f'data-outcome="{bar.outcome}" data-start="{bar.start:.6f}" x="{left:.1f}" '
-        f'y="{y(bar) + 3:.1f}" width="{max(2.0, right - left):.1f}" height="{ROW - 6}">'
+        f'y="{y(bar) + 3:.1f}" width="{max(MIN_BAR_WIDTH, right - left):.1f}" height="{ROW - 6}">'
         f"<title>{text(tip)}</title></rect>{_label(bar, left, right, y(bar))}"
     )
 

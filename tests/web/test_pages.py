@@ -12,6 +12,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 
+from saga.web.timeline import MIN_BAR_WIDTH
 from tests.cli.conftest import REPO
 from tests.web.conftest import Server, World, navigate
 
@@ -125,7 +126,10 @@ def test_a_retried_then_compensated_saga_draws_attempts_waits_and_the_turn(
     assert undo == [("pay", "1", "failed"), ("pay", "2", "ok"), ("book", "1", "ok")]
     turn = browser.find_element(By.CSS_SELECTOR, '#timeline [data-marker="turn"]')
     turn_x = float(turn.get_attribute("x1") or 0)
-    assert all(span(b)[1] <= turn_x + 0.5 for b in bars(browser, "forward"))
+    for bar in bars(browser, "forward"):  # each ends by the turn, or is a sliver drawn
+        left, right = span(bar)  # at the minimum width just before it
+        assert left <= turn_x + 0.5
+        assert right <= max(turn_x, left + MIN_BAR_WIDTH) + 0.5
     assert all(span(b)[0] >= turn_x - 0.5 for b in bars(browser, "compensation"))
     waits = browser.find_elements(By.CSS_SELECTOR, '#timeline line.gap[data-step="pay"]')
     assert {w.get_attribute("data-lane") for w in waits} == {"forward", "compensation"}
