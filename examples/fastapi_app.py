@@ -281,11 +281,7 @@ async def schema_mismatch(request: Request, error: Exception) -> JSONResponse:
     log says what, at ERROR, and clients are asked to come back much later."""
     log.error("%s %s: %s", request.method, request.url.path, error)
     message = "the service is being upgraded; try again later with the same Idempotency-Key"
-    return JSONResponse(
-        {"detail": {"problem": "schema_mismatch", "message": message}},
-        status_code=503,
-        headers={"Retry-After": str(SCHEMA_RETRY_AFTER)},
-    )
+    return _unavailable("schema_mismatch", message, SCHEMA_RETRY_AFTER)
 
 
 async def database_unavailable(request: Request, error: Exception) -> JSONResponse:
@@ -294,10 +290,15 @@ async def database_unavailable(request: Request, error: Exception) -> JSONRespon
     error (host, port) goes to the server's log, not to the client."""
     log.warning("%s %s: database unavailable: %s", request.method, request.url.path, error)
     message = "the database cannot be reached; try again later with the same Idempotency-Key"
+    return _unavailable("database_unavailable", message, DATABASE_RETRY_AFTER)
+
+
+def _unavailable(problem: str, message: str, retry_after: int) -> JSONResponse:
+    """503 with Retry-After, in the shape every answer of this app has."""
     return JSONResponse(
-        {"detail": {"problem": "database_unavailable", "message": message}},
+        {"detail": {"problem": problem, "message": message}},
         status_code=503,
-        headers={"Retry-After": str(DATABASE_RETRY_AFTER)},
+        headers={"Retry-After": str(retry_after)},
     )
 
 
