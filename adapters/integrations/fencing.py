@@ -50,22 +50,59 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Dialect,
     Engine,
     Insert,
     MetaData,
     String,
     Table,
     select,
+    text,
     update,
 )
+from sqlalchemy.dialects.mysql import VARBINARY
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
-__all__ = ["Decision", "EffectFence", "EffectState"]
+__all__ = ["Decision", "EffectFence", "EffectKey", "EffectState"]
 
 _log = logging.getLogger("saga.fencing")
 
 KEY_LENGTH = 255
 """The longest effect key (a step's idempotency key is a 36-character id, a colon
 and the step's name; MariaDB indexes at most 3072 bytes, 255 characters of utf8mb4 fit)."""
+
+_MYSQL = ("mysql", "mariadb")
+
+
+class EffectKey(TypeDecorator[str]):
+    """An effect key, compared byte for byte on every dialect.
+
+    Two effects are one only if their keys are the same bytes: MariaDB's and MySQL's
+    default collations would make ``"A"`` and ``"a"``, ``"k"`` and ``"k "``, ``"e"``
+    and ``"\u00e9"`` one row, so that the second, distinct effect were answered
+    "applied already" and never applied. There the key is the ``VARBINARY`` of its
+    UTF-8 bytes (no collation, no padding). PostgreSQL's default collations are
+    deterministic (equal means the same bytes) and SQLite's is ``BINARY``: a plain
+    string column is exact there.
+    """
+
+    impl = String(KEY_LENGTH)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in _MYSQL:
+            return dialect.type_descriptor(VARBINARY(4 * KEY_LENGTH))  # UTF-8: 4 bytes at most
+        return dialect.type_descriptor(String(KEY_LENGTH))
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is not None and dialect.name in _MYSQL:
+            return value.encode("utf-8")
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:  # noqa: ARG002
+        if isinstance(value, bytes | bytearray):
+            return bytes(value).decode("utf-8")
+        return None if value is None else str(value)
 
 
 class EffectState(enum.Enum):
@@ -109,7 +146,7 @@ class EffectFence:
         self.table = Table(
             name,
             metadata if metadata is not None else MetaData(),
-            Column("key", String(KEY_LENGTH), primary_key=True),
+            Column("key", EffectKey(), primary_key=True),
             Column("state", String(16), nullable=False),
             Column("epoch", BigInteger, nullable=False),
             # Which call inserted the row: the upsert that leaves an existing row alone
@@ -119,8 +156,12 @@ class EffectFence:
 
     def create(self, engine: Engine) -> None:
         """Create the table if it is missing (an application with its own migrations
-        can instead pass its ``MetaData`` to the constructor)."""
+        can instead pass its ``MetaData`` to the constructor), and bring the key column
+        of a MariaDB/MySQL table made by an earlier release to its binary form."""
         self.table.create(engine, checkfirst=True)
+        if engine.dialect.name in _MYSQL:
+            with engine.begin() as connection:
+                _binary_key(connection, self.table)
 
     def forward(
         self, connection: Connection, ctx: Fenced | None = None, *, key: str = "", epoch: int = 0
@@ -223,3 +264,31 @@ def _insert_or_keep(connection: Connection, table: Table) -> Insert:
         # A no-op update of the key: the existing row is kept, and locked.
         return statement.on_duplicate_key_update(key=statement.inserted["key"])
     raise NotImplementedError(f"EffectFence does not know the {name!r} dialect")
+
+
+def _binary_key(connection: Connection, table: Table) -> None:
+    """Turn a character key column (an earlier release's, compared under the table's
+    collation) into ``VARBINARY``. Safe: keys distinct under any collation are distinct
+    as bytes, so no two rows become one; a non-UTF-8 column is refused, since its bytes
+    are not the ones a call now looks for."""
+    found = connection.execute(
+        text(
+            "SELECT data_type, character_set_name FROM information_schema.columns"
+            " WHERE table_schema = DATABASE() AND table_name = :table AND column_name = 'key'"
+        ),
+        {"table": table.name},
+    ).one()
+    kind, charset = str(found[0]).lower(), str(found[1] or "").lower()
+    if kind == "varbinary":
+        return
+    if not charset.startswith("utf8"):
+        raise ValueError(
+            f"effect table {table.name}: its key column is in the {charset} character set;"
+            " convert it to utf8mb4, then call create() again to make it binary"
+        )
+    quoted = connection.dialect.identifier_preparer.format_table(table)
+    # The table's name is the application's own (the constructor's), never input.
+    connection.execute(
+        text(f"ALTER TABLE {quoted} MODIFY `key` VARBINARY({4 * KEY_LENGTH}) NOT NULL")
+    )
+    _log.warning("effect table %s: key column made binary (byte-for-byte keys)", table.name)

@@ -15,7 +15,7 @@ import signal
 from functools import cache
 from typing import Any
 
-from saga.adapters.integrations.fencing import Decision, EffectFence
+from saga.adapters.integrations.fencing import Decision, EffectFence, EffectKey
 from sqlalchemy import (
     Boolean,
     Column,
@@ -36,7 +36,7 @@ metadata = MetaData()
 reservations = Table(
     "reservations",
     metadata,
-    Column("key", String(255), primary_key=True),
+    Column("key", EffectKey(), primary_key=True),  # as exact as the fence's keys
     Column("sku", String(40), nullable=False),
 )
 calls = Table(

@@ -203,3 +203,74 @@ def test_a_zombie_owner_that_wakes_after_the_compensation_leaves_nothing_applied
         ]
         assert sagas.reserved(participant) == []
         sagas.participant(participant).dispose()
+
+
+DISTINCT_KEYS = [
+    ("A", "a"),  # case
+    ("k", "k "),  # a trailing space (PAD SPACE collations ignore it)
+    ("e", "\u00e9"),  # an accent (accent-insensitive collations ignore it)
+    ("\u00e9", "e\u0301"),  # é composed and decomposed: other bytes, another effect
+]
+
+
+@pytest.mark.parametrize(("first", "second"), DISTINCT_KEYS, ids=["case", "pad", "accent", "nfd"])
+def test_keys_that_differ_in_any_byte_are_distinct_effects(
+    engine: Engine, first: str, second: str
+) -> None:
+    """Under MariaDB's default collation the second key was answered "applied already":
+    a distinct effect, never applied."""
+    assert _forward(engine, 1, key=first)[0] is True
+    assert _forward(engine, 1, key=second) == (True, "first call: apply the effect")
+    assert sorted(_reserved(engine)) == sorted([first, second])
+    assert _undo(engine, 1, key=second) == (True, "applied: undo the effect")
+    assert _reserved(engine) == [first]  # undoing one left the other applied
+    with engine.connect() as connection:
+        assert sagas.fence.state(connection, first) is EffectState.APPLIED
+        assert sagas.fence.state(connection, second) is EffectState.UNDONE
+        stored = connection.execute(select(sagas.fence.table.c.key)).scalars().all()
+    assert sorted(stored) == sorted([first, second])  # read back as the same strings
+
+
+def _earlier_release_table(engine: Engine, charset: str) -> None:
+    """The fence table as aa041bb created it: the key a VARCHAR under the default
+    (case- and accent-insensitive, PAD SPACE) collation of its character set."""
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TABLE saga_effects (`key` VARCHAR(255) NOT NULL PRIMARY KEY,"
+            " state VARCHAR(16) NOT NULL, epoch BIGINT NOT NULL, token VARCHAR(32) NOT NULL)"
+            f" CHARACTER SET {charset}"
+        )
+        connection.exec_driver_sql(
+            "INSERT INTO saga_effects VALUES ('A', 'applied', 1, 't'), ('k ', 'undone', 2, 'u')"
+        )
+
+
+def test_create_makes_an_earlier_release_mariadb_table_binary_keeping_its_rows() -> None:
+    with participants.mariadb_database() as url:
+        engine = create_engine(url)
+        _earlier_release_table(engine, "utf8mb4")
+        fence = EffectFence()
+        fence.create(engine)
+        fence.create(engine)  # binary already: nothing to do
+        with engine.connect() as connection:
+            kind = connection.exec_driver_sql(
+                "SELECT data_type FROM information_schema.columns WHERE table_schema ="
+                " DATABASE() AND table_name = 'saga_effects' AND column_name = 'key'"
+            ).scalar()
+            assert kind == "varbinary"
+            assert fence.state(connection, "A") is EffectState.APPLIED
+            assert fence.state(connection, "k ") is EffectState.UNDONE  # its space kept
+            assert fence.state(connection, "a") is None
+            assert fence.state(connection, "k") is None
+        with engine.begin() as connection:
+            assert fence.forward(connection, key="a", epoch=1).go
+        engine.dispose()
+
+
+def test_create_refuses_an_earlier_release_table_whose_keys_are_not_utf8() -> None:
+    with participants.mariadb_database() as url:
+        engine = create_engine(url)
+        _earlier_release_table(engine, "latin1")
+        with pytest.raises(ValueError, match="latin1 character set; convert it to utf8mb4"):
+            EffectFence().create(engine)
+        engine.dispose()
