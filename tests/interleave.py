@@ -22,7 +22,10 @@ boundary, and then let it go on::
 Boundaries. A boundary comes *before* a statement and is seen in two places:
 
 * SQLAlchemy's ``before_cursor_execute`` on the actor's ``coord.store.engine``
-  (every read, claim, renewal; on SQLite also each ``BEGIN IMMEDIATE``);
+  (every read, claim, renewal; on SQLite also each ``BEGIN IMMEDIATE``), and on
+  any participant engine given to :meth:`Interleaving.participant` (a step's own
+  database, such as an ``EffectFence``'s: an actor without a coordinator, calling
+  the fence itself, is paused between the fence's statements the same way);
 * a wrapper around the store's hot-path object (``coord.store.hot``, PostgreSQL's
   single statements and SQLite's raw-connection transactions, which SQLAlchemy
   never sees): each ``create`` / ``commit`` is one boundary. ``AsyncCoordinator``'s
@@ -67,7 +70,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 
 from saga import AsyncCoordinator, Coordinator, Saga
 from saga.ports import Commit, SagaRecord
@@ -126,7 +129,9 @@ Rule = Callable[[Boundary], bool]
 class Actor:
     """One function in its own thread, paused and resumed at its statement boundaries."""
 
-    def __init__(self, run: Interleaving, name: str, fn: Callable[[], Any], hooks: _Hooks) -> None:
+    def __init__(
+        self, run: Interleaving, name: str, fn: Callable[[], Any], hooks: _Hooks | None
+    ) -> None:
         self.run, self.name, self.fn, self.hooks = run, name, fn, hooks
         self.boundaries: list[Boundary] = []
         self.paused_at: Boundary | None = None
@@ -212,10 +217,15 @@ class Actor:
 
     def hold_heartbeat(self) -> None:
         """No lease renewal of this actor's coordinator runs until released."""
-        self.hooks.heartbeat.hold()
+        self._coordinated().heartbeat.hold()
 
     def release_heartbeat(self) -> None:
-        self.hooks.heartbeat.release()
+        self._coordinated().heartbeat.release()
+
+    def _coordinated(self) -> _Hooks:
+        if self.hooks is None:
+            raise InterleavingError(f"{self!r} has no coordinator, so no heartbeat")
+        return self.hooks
 
     # -- waiting for it ----------------------------------------------------------------------
 
@@ -330,11 +340,7 @@ class _Hooks:
     def __init__(self, run: Interleaving, coord: Coordinator) -> None:
         self.run, self.coord = run, coord
         self.heartbeat = _HeartbeatGate(run.cond, run.timeout)
-        engine = coord.store.engine  # type: ignore[attr-defined]
-        event.listen(engine, "before_cursor_execute", self._before)
-        event.listen(engine, "after_cursor_execute", self._after)
-        for name in ("commit", "rollback"):  # not "begin": SQLite's BEGIN IMMEDIATE locks
-            event.listen(engine, name, _unlocked)
+        _listen(coord.store.engine, self.arrive)  # type: ignore[attr-defined]
         hot = getattr(coord.store, "hot", None)
         if hot is not None:
             coord.store.hot = _GatedHotPath(hot, self)  # type: ignore[attr-defined]
@@ -346,17 +352,44 @@ class _Hooks:
         elif threading.current_thread() is self.coord.heartbeat._thread:
             self.heartbeat.pass_through()
 
-    def _before(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        self.arrive("sql", statement, not conn.info.get("saga_interleave_locks", False))
 
-    def _after(self, conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        text = statement.lstrip().upper()
-        if text.startswith(_LOCKING) or "FOR UPDATE" in text:
-            conn.info["saga_interleave_locks"] = True
+Arrive = Callable[..., None]
+
+
+def _listen(engine: Engine, arrive: Arrive) -> list[tuple[str, Callable[..., None]]]:
+    """Make each statement sent through ``engine`` a boundary (``arrive``); the listeners,
+    for :func:`_unlisten`."""
+
+    def before(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        arrive("sql", statement, not conn.info.get("saga_interleave_locks", False))
+
+    listeners = [("before_cursor_execute", before), ("after_cursor_execute", _locks_after)]
+    # Not "begin": SQLite's BEGIN IMMEDIATE is a statement, and locks.
+    listeners += [("commit", _unlocked), ("rollback", _unlocked)]
+    for name, fn in listeners:
+        event.listen(engine, name, fn)
+    return listeners
+
+
+def _unlisten(engine: Engine, listeners: list[tuple[str, Callable[..., None]]]) -> None:
+    for name, fn in listeners:
+        event.remove(engine, name, fn)
+
+
+def _locks_after(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+    text = statement.lstrip().upper()
+    if text.startswith(_LOCKING) or "FOR UPDATE" in text:
+        conn.info["saga_interleave_locks"] = True
 
 
 def _unlocked(conn: Any, *_: Any) -> None:
     conn.info["saga_interleave_locks"] = False
+
+
+def _arrive_as_actor(kind: str, sql: str, free: bool, change: Commit | None = None) -> None:
+    actor = _ACTOR.get()
+    if actor is not None:  # the test's own thread, or a pool's, passes freely
+        actor.arrive(kind, sql, free, change)
 
 
 class _GatedHotPath:
@@ -414,6 +447,7 @@ class Interleaving:
         self.actors: list[Actor] = []
         self._hooks: list[_Hooks] = []
         self._async: list[AsyncCoordinator] = []
+        self._participants: list[tuple[Engine, list[tuple[str, Callable[..., None]]]]] = []
         self.observer = Coordinator(url, lease_ttl=60.0)
         """An unhooked coordinator for the test's own reads (never paused)."""
         self.observer.register(*self.sagas)
@@ -452,12 +486,21 @@ class Interleaving:
         coord.store.create_schema()
         coord.store.now()
 
+    def participant(self, engine: Engine) -> Engine:
+        """Make every statement an actor sends through ``engine`` (a participant's own
+        database) a boundary of that actor; undone at :meth:`close`."""
+        self._participants.append((engine, _listen(engine, _arrive_as_actor)))
+        return engine
+
     def actor(
-        self, name: str, fn: Callable[[], Any], coord: Coordinator | AsyncCoordinator
+        self, name: str, fn: Callable[[], Any], coord: Coordinator | AsyncCoordinator | None = None
     ) -> Actor:
-        """An actor (not started yet) running ``fn`` with ``coord``'s hooks."""
-        sync = coord.sync if isinstance(coord, AsyncCoordinator) else coord
-        hooks = next(h for h in self._hooks if h.coord is sync)
+        """An actor (not started yet) running ``fn`` with ``coord``'s hooks (none: an
+        actor that only uses :meth:`participant` engines)."""
+        hooks = None
+        if coord is not None:
+            sync = coord.sync if isinstance(coord, AsyncCoordinator) else coord
+            hooks = next(h for h in self._hooks if h.coord is sync)
         actor = Actor(self, name, fn, hooks)
         self.actors.append(actor)
         return actor
@@ -492,6 +535,8 @@ class Interleaving:
             asyncio.run(coord.store.close())
         for hooks in self._hooks:
             hooks.coord.close()
+        for engine, listeners in self._participants:
+            _unlisten(engine, listeners)
         self.observer.close()
 
     def states(self) -> Iterator[str]:
