@@ -22,6 +22,7 @@ import pymysql
 import pytest
 from sqlalchemy import create_engine, exc, text
 
+from saga import Coordinator, Saga, SagaFailed, SagaStatus, StepContext
 from saga.transient import is_transient
 from tests import participants, postgres
 
@@ -474,3 +475,26 @@ def test_urllib_wraps_the_refused_connection_it_is_judged_by() -> None:
     error = _urllib_refused()
     assert isinstance(error, urllib.error.URLError)
     assert isinstance(error.reason, ConnectionRefusedError)
+
+
+def test_a_step_whose_statement_breaks_a_mariadb_check_runs_once(
+    mariadb: dict[str, Any], tmp_path: Path
+) -> None:
+    """End to end, through the default policy: the saga unwinds after one attempt."""
+    database = mariadb["database"]
+    engine = create_engine(f"mysql+pymysql://root@127.0.0.1:3306/{database}")
+    saga = Saga("transient-check")
+
+    @saga.step()
+    def withdraw(ctx: StepContext) -> None:
+        with engine.begin() as connection:
+            connection.execute(text("UPDATE item SET n = n - 1 WHERE id = 1"))  # n is 0
+
+    with Coordinator(f"sqlite:///{tmp_path}/saga.db") as coord:
+        with pytest.raises(SagaFailed) as failure:
+            coord.run(saga)
+        view = coord.get(failure.value.saga_id)
+    engine.dispose()
+    assert view.status is SagaStatus.COMPENSATED
+    assert view.step("withdraw").attempt == 1
+    assert isinstance(failure.value.__cause__, exc.OperationalError)
