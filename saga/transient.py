@@ -185,7 +185,7 @@ def is_transient(error: BaseException) -> bool:
     same call may well succeed in a moment), whichever library raised it."""
     if refused_for_good(error):
         return False
-    coded = coded_verdict(error)
+    coded = _coded_verdict(error)
     if coded is not None:
         return coded
     if set(class_names(error)) & INVALID_REQUEST_CLASSES:
@@ -199,14 +199,14 @@ def is_transient(error: BaseException) -> bool:
     return any(name in TRANSIENT_CLASSES for name in class_names(error))
 
 
-def coded_verdict(error: BaseException) -> bool | None:
+def _coded_verdict(error: BaseException) -> bool | None:
     """The verdict of a database error's code (SQLSTATE, MySQL error number, SQLite
     result code); None when it carries none, so that its class decides."""
     if getattr(error, "connection_invalidated", False) is True:
         return True  # SQLAlchemy: the driver's connection is gone
     orig = getattr(error, "orig", None)  # SQLAlchemy's wrapper: the driver's error inside
     if isinstance(orig, BaseException) and orig is not error:
-        inner = coded_verdict(orig)
+        inner = _coded_verdict(orig)
         if inner is not None:
             return inner
     names = tuple(class_names(error))

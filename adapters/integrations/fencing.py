@@ -34,7 +34,8 @@ call that may still be on its way is refused too.
 Every call first writes the key's row (an insert that leaves an existing row
 alone), so it holds that row's lock until the caller's transaction ends: two
 calls for one key, in two processes, take turns. It is plain SQLAlchemy Core on
-PostgreSQL, MariaDB/MySQL and SQLite. With an async driver, run it on the
+PostgreSQL, MariaDB/MySQL and SQLite, and keys compare byte for byte on each
+(:class:`EffectKey`: no collation may make two effects one). With an async driver, run it on the
 connection's sync form: ``await connection.run_sync(fence.forward, ctx)``.
 """
 
