@@ -275,9 +275,10 @@ def _binary_key(connection: Connection, table: Table) -> None:
     found = connection.execute(
         text(
             "SELECT data_type, character_set_name FROM information_schema.columns"
-            " WHERE table_schema = DATABASE() AND table_name = :table AND column_name = 'key'"
+            " WHERE table_schema = COALESCE(:schema, DATABASE()) AND table_name = :table"
+            " AND column_name = 'key'"
         ),
-        {"table": table.name},
+        {"schema": table.schema, "table": table.name},
     ).one()
     kind, charset = str(found[0]).lower(), str(found[1] or "").lower()
     if kind == "varbinary":
