@@ -38,18 +38,25 @@ NOT_TYPED: Any = None
 
 class ResultTypeError(SagaError, TypeError):
     """A stored result does not match the type its step declares (``result_type=`` or
-    the return annotation), typically because the type changed since it was recorded."""
+    the return annotation), typically because the type changed since it was recorded,
+    or the type raised reading it (``raised``: a validator's own exception)."""
 
-    def __init__(self, what: str, result_type: object, problem: str, stored: Any = None) -> None:
+    def __init__(
+        self, what: str, result_type: object, problem: str, stored: Any = None, raised: bool = False
+    ) -> None:
         self.what = what
         self.result_type = result_type
         self.problem = problem
         self.stored = stored
         """The result as stored (decoded JSON), for a reader that can do with it."""
+        why = (
+            "the type could not read what it stored: fix the type"
+            if raised
+            else "it was likely recorded by code whose type differed: make the type accept it"
+        )
         super().__init__(
-            f"{what} does not match its type {_name(result_type)}: {problem}; it was "
-            "likely recorded by code whose type differed: read it as JSON (coord.history, "
-            "saga show) or make the type accept it"
+            f"{what} does not match its type {_name(result_type)}: {problem}; {why}, or read "
+            "it as the JSON it is stored as (saga show; ctx.result_error in a compensation)"
         )
 
 
@@ -101,7 +108,7 @@ def revive(value: Any, result_type: Any, what: str) -> Any:
         raise
     except Exception as error:  # noqa: BLE001 - the application's type raised: say so
         problem = f"reading it raised {type(error).__name__}: {error}"
-        raise ResultTypeError(what, result_type, problem, value) from error
+        raise ResultTypeError(what, result_type, problem, value, raised=True) from error
 
 
 @functools.lru_cache(maxsize=1024)
