@@ -25,7 +25,8 @@ SEEN: list[Any] = []
 
 
 @pytest.fixture(autouse=True)
-def _fresh() -> None:
+def fresh_log() -> None:
+    """What the steps saw, empty at the start of each test (the async twin imports it)."""
     SEEN.clear()
 
 
