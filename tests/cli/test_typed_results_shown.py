@@ -27,9 +27,7 @@ def _poisoned(db_url: str) -> str:
     return saga_id
 
 
-def test_saga_list_and_show_show_the_stored_json_and_the_error(
-    db_url: str, tmp_path: Path
-) -> None:
+def test_saga_list_and_show_show_the_stored_json_and_the_error(db_url: str, tmp_path: Path) -> None:
     saga_id = _poisoned(db_url)
     listed = run_saga("--db", db_url, "--app", APP, "list", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -37,7 +35,7 @@ def test_saga_list_and_show_show_the_stored_json_and_the_error(
     shown = run_saga("--db", db_url, "--app", APP, "show", saga_id, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert '{"sku":"poison"}' in shown.stdout
-    assert f"step make_poison: result shown as stored JSON: result of step 'make_poison'" in (
+    assert "step make_poison: result shown as stored JSON: result of step 'make_poison'" in (
         shown.stdout
     )
     assert ERROR in shown.stdout.replace("\n", " ")

@@ -101,7 +101,7 @@ def test_a_model_reads_back_from_its_own_record(
     with pytest.raises(SagaFailed) as failure:
         coord.run(saga, data={})
     expected = make()
-    assert SEEN == [("read", expected), ("undo", expected, None)]
+    assert [("read", expected), ("undo", expected, None)] == SEEN
     view = coord.get(failure.value.saga_id)
     assert view.status is SagaStatus.COMPENSATED
     assert view.step("first").result == expected
