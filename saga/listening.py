@@ -265,10 +265,6 @@ def _is_coroutine_function(listener: Listener) -> bool:
     return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(listener)
 
 
-def _always(_: str) -> bool:
-    return True
-
-
 async def _awaited(outcome: Any) -> None:
     await outcome
 
