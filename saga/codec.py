@@ -4,7 +4,10 @@ Every value saga stores (saga input, step arguments, results, errors) goes
 through :func:`encode`. Encoding is canonical (sorted keys, no spaces), so the
 same value always has the same SHA-256 digest. Dataclass instances and
 pydantic models are stored as their fields; decoding returns plain JSON values
-and never instantiates a class named in the payload.
+and never instantiates a class named in the payload. A step's result, which is
+read back as its type (``saga.typed``), is encoded with :func:`encode_result`: a
+model as pydantic dumps it to be read back (by field name, computed fields left
+out), whatever its serialisation settings.
 """
 
 from __future__ import annotations
@@ -39,21 +42,43 @@ def _to_json_value(value: object) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON-serialisable")
 
 
-_DEFAULT_ENCODER = json.JSONEncoder(
-    sort_keys=True,
-    separators=(",", ":"),
-    ensure_ascii=False,
-    allow_nan=False,
-    default=_to_json_value,
-)
+def _to_stored_result(value: object) -> Any:
+    """Like ``_to_json_value``, a model dumped to be validated back: by field name (the
+    model's own ``serialize_by_alias`` would store aliases) and without computed fields
+    (which ``extra="forbid"`` refuses as input): pydantic's ``round_trip`` dump."""
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not dataclasses.is_dataclass(value):
+        return dump(mode="json", by_alias=False, round_trip=True)
+    return _to_json_value(value)
 
 
-def encode(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Encoded:
+def _encoder(default: Callable[[object], Any]) -> json.JSONEncoder:
+    return json.JSONEncoder(
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+        default=default,
+    )
+
+
+_DEFAULT_ENCODER = _encoder(_to_json_value)
+# Only results: the digest of a context-manager step's arguments must stay what the rows
+# in flight hold, or their replay would be taken for another call.
+_RESULT_ENCODER = _encoder(_to_stored_result)
+
+
+def encode(
+    value: object,
+    path: str,
+    limit: int = DEFAULT_PAYLOAD_LIMIT,
+    encoder: json.JSONEncoder = _DEFAULT_ENCODER,
+) -> Encoded:
     """Encode ``value`` canonically, or raise ``PayloadError`` naming the bad part."""
     if value is None and limit >= len(_NONE.text):  # what most steps return: encoded once
         return _NONE
     try:
-        text = _DEFAULT_ENCODER.encode(value)
+        text = encoder.encode(value)
     except (TypeError, ValueError) as error:
         bad_path, problem = _find_problem(value, path)
         raise PayloadError(bad_path, problem) from error
@@ -73,6 +98,11 @@ def encode(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Enco
             "store large data elsewhere and pass a reference",
         )
     return Encoded(text, digest(text))
+
+
+def encode_result(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) -> Encoded:
+    """Encode a step's result (see the module) as ``encode`` does any other value."""
+    return encode(value, path, limit, _RESULT_ENCODER)
 
 
 MAX_NAME_BYTES = 500

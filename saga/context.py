@@ -26,6 +26,11 @@ class StepContext:
     the systems the step calls. ``resources`` are what the coordinator gives its
     steps (``ctx.resources["bank"]``, see ``saga.resources``); a test of a step
     builds its context with fakes there.
+
+    ``result_error`` is None unless ``result`` could not be read as the type its step
+    declares (the type changed since it was recorded, or its validator raised): then
+    ``result`` is the JSON as stored (dicts, lists, strings, numbers) and
+    ``result_error`` says why, so that a compensation can still undo what it can.
     """
 
     saga_id: str
@@ -39,6 +44,7 @@ class StepContext:
     compensating: bool = False
     session: Any = None
     resources: Resources = NO_RESOURCES
+    result_error: str | None = None
 
     @property
     def idempotency_key(self) -> str:

@@ -14,8 +14,14 @@ that a listener that is slow, hangs or raises never delays a saga nor holds its
 lease: past ``queue_size`` waiting events, further ones are dropped for that
 listener and counted. A listener with ``inline = True`` (saga's own logging,
 metrics and tracing listeners) is called in the saga's thread right after the
-commit: it must be quick. Either way an error is logged once per listener (on
-the ``saga.listeners`` logger) and counted, and the saga goes on.
+commit: it must be quick.
+
+A listener never changes a saga's outcome: every call into it (``wants``, its
+step scope's enter and exit, the event's delivery, ``trace_context``,
+``discard``) is isolated. What it raises is counted by listener and hook
+(:data:`HOOKS`) and logged once per listener and hook on the ``saga.listeners``
+logger, with its traceback; the saga goes on as if the listener were not there (a
+scope's exit cannot swallow the step's error either).
 
 A listener may have a ``wants(kind)`` method: an event it does not want is not
 made for it. It may also have a ``step_scope(context)`` method returning a context
@@ -40,7 +46,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from saga.context import StepContext
 from saga.errors import LeaseLostError
@@ -48,6 +54,8 @@ from saga.ports import Commit, Event, SagaRecord
 from saga.status import SagaStatus
 
 log = logging.getLogger("saga.listeners")
+
+T = TypeVar("T")
 
 Listener = Callable[["SagaEvent"], Any]
 """A callable taking a :class:`SagaEvent`; a coroutine function is awaited."""
@@ -76,6 +84,9 @@ SAGA_ENDS = frozenset(
     )
 )
 """The events that end a saga."""
+
+HOOKS = ("wants", "step_scope enter", "step_scope exit", "event", "trace_context", "discard")
+"""The calls into a listener whose errors are counted apart (``Listeners.failures``)."""
 
 
 class SagaEvent(NamedTuple):
@@ -132,16 +143,46 @@ class _Delivery:
         self.listener = listener
         self.inline = inline
         self.step_scope: Callable[[StepContext], Any] | None = getattr(listener, "step_scope", None)
-        self.wants: Callable[[str], bool] = getattr(listener, "wants", _always)
+        self._wants: Callable[[str], bool] | None = getattr(listener, "wants", None)
         self.trace_context: Callable[[str, str, str | None], str | None] | None = getattr(
             listener, "trace_context", None
         )
-        self.errors = 0
+        self.errors_by_hook: dict[str, int] = {}
         self.dropped = 0
         self._queue: queue.Queue[SagaEvent | None] | None = None
         self._size = queue_size
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+
+    @property
+    def errors(self) -> int:
+        return sum(self.errors_by_hook.values())
+
+    def failed(self, hook: str) -> None:
+        """Count what the listener's ``hook`` raised (call it in the ``except`` block);
+        the first error of each hook is logged with its traceback, later ones only
+        counted, so that a broken listener cannot flood the log."""
+        with self._lock:  # steps in several threads may fail in it at once
+            count = self.errors_by_hook.get(hook, 0) + 1
+            self.errors_by_hook[hook] = count
+        if count == 1:
+            log.exception(
+                "listener %r: %s raised (later errors of its %s are only counted)",
+                self.listener,
+                hook,
+                hook,
+            )
+
+    def wants(self, kind: str) -> bool:
+        """Whether the listener wants events of ``kind``; one whose ``wants`` raises is
+        told the event (its call is isolated too)."""
+        if self._wants is None:
+            return True
+        try:
+            return bool(self._wants(kind))
+        except Exception:  # a listener never changes a saga's outcome
+            self.failed("wants")
+            return True
 
     def tell(self, event: SagaEvent) -> None:
         if self.inline:
@@ -153,16 +194,23 @@ class _Delivery:
             self.dropped += 1
             if self.dropped == 1:
                 log.warning("listener %r falls behind: events dropped", self.listener)
+        except Exception:  # its thread could not start (out of threads): not the saga's
+            self.failed("event")
 
     def _started(self) -> queue.Queue[SagaEvent | None]:
         if self._queue is None:
             with self._lock:
                 if self._queue is None:
-                    self._thread = threading.Thread(
+                    thread = threading.Thread(
                         target=self._deliver, name="saga-listener", daemon=True
                     )
-                    self._queue = queue.Queue(self._size)
-                    self._thread.start()
+                    self._queue = queue.Queue(self._size)  # what the thread reads
+                    try:
+                        thread.start()
+                    except BaseException:  # no thread: the next event tries again
+                        self._queue = None
+                        raise
+                    self._thread = thread
         return self._queue
 
     def _deliver(self) -> None:
@@ -184,9 +232,15 @@ class _Delivery:
                 assert runner is not None, "an inline listener cannot be a coroutine"
                 runner.run(_awaited(outcome))
         except Exception:  # a listener never changes a saga's outcome
-            self.errors += 1
-            if self.errors == 1:
-                log.exception("listener %r raised (later errors are only counted)", self.listener)
+            self.failed("event")
+
+    def called(self, hook: str, fn: Callable[..., T], *args: Any) -> T | None:
+        """``fn(*args)``, a call into the listener's ``hook``; None if it raised."""
+        try:
+            return fn(*args)
+        except Exception:  # a listener never changes a saga's outcome
+            self.failed(hook)
+            return None
 
     def flush(self, deadline: float) -> bool:
         if self._queue is None:
@@ -211,10 +265,6 @@ def _is_coroutine_function(listener: Listener) -> bool:
     return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(listener)
 
 
-def _always(_: str) -> bool:
-    return True
-
-
 async def _awaited(outcome: Any) -> None:
     await outcome
 
@@ -224,8 +274,8 @@ class Listeners:
 
     def __init__(self, listeners: Iterable[Listener] = (), queue_size: int = DEFAULT_QUEUE_SIZE):
         self._deliveries: list[_Delivery] = []
-        self._scopes: list[Callable[[StepContext], Any]] = []
-        self._tracers: list[Callable[[str, str, str | None], str | None]] = []
+        self._scopes: list[_Delivery] = []  # those with a step_scope
+        self._tracers: list[_Delivery] = []  # those with a trace_context
         self._queue_size = queue_size
         # saga id -> (step, 'step' | 'undo') or (None, 'saga') -> when this process saw it begin
         self._began: dict[str, dict[tuple[str | None, str], float]] = {}
@@ -249,9 +299,9 @@ class Listeners:
         delivery = _Delivery(listener, inline, queue_size or self._queue_size)
         self._deliveries.append(delivery)
         if delivery.step_scope is not None:
-            self._scopes.append(delivery.step_scope)
+            self._scopes.append(delivery)
         if delivery.trace_context is not None:
-            self._tracers.append(delivery.trace_context)
+            self._tracers.append(delivery)
 
     def holds(self, listener: Listener) -> bool:
         """Whether ``listener`` is one of these."""
@@ -259,8 +309,25 @@ class Listeners:
 
     @property
     def errors(self) -> int:
-        """How many times a listener raised."""
+        """How many times a listener raised, in any of its hooks."""
         return sum(d.errors for d in self._deliveries)
+
+    def failures(self) -> list[tuple[Listener, str, int]]:
+        """``(listener, hook, count)`` for every hook of a listener that raised (see
+        :data:`HOOKS`): which listener is broken, and where."""
+        return [
+            (delivery.listener, hook, count)
+            for delivery in self._deliveries
+            for hook, count in sorted(delivery.errors_by_hook.items())
+        ]
+
+    def errors_by_hook(self) -> dict[str, int]:
+        """How many times a listener raised, by hook (every hook of :data:`HOOKS`)."""
+        counts = dict.fromkeys(HOOKS, 0)
+        for delivery in self._deliveries:
+            for hook, count in delivery.errors_by_hook.items():
+                counts[hook] = counts.get(hook, 0) + count
+        return counts
 
     @property
     def dropped(self) -> int:
@@ -272,12 +339,12 @@ class Listeners:
     def starting(self, record: SagaRecord) -> SagaRecord:
         """``record``, about to be created, with the trace context a tracing listener
         started its run in (in the creating thread: the caller's context is the parent)."""
-        for trace_context in self._tracers:
-            try:
-                carried = trace_context(record.id, record.name, record.key)
-            except Exception:  # a listener never stops a saga
-                log.exception("trace_context of a listener raised")
-                continue
+        for delivery in self._tracers:
+            trace_context = delivery.trace_context
+            assert trace_context is not None
+            carried = delivery.called(
+                "trace_context", trace_context, record.id, record.name, record.key
+            )
             if carried is not None:
                 return dataclasses.replace(record, trace_context=carried)
         return record
@@ -290,10 +357,7 @@ class Listeners:
         for delivery in self._deliveries:
             discard = getattr(delivery.listener, "discard", None)
             if discard is not None:
-                try:
-                    discard(record.id)
-                except Exception:  # a listener never stops a saga
-                    log.exception("discard of a listener raised")
+                delivery.called("discard", discard, record.id)
 
     def committed(self, record: SagaRecord | None, change: Commit) -> None:
         """``change`` to ``record`` committed: tell its events."""
@@ -387,11 +451,46 @@ class Listeners:
 
 
 @contextlib.contextmanager
-def _scoped(scopes: Sequence[Callable[[StepContext], Any]], context: StepContext) -> Iterator[None]:
-    with contextlib.ExitStack() as stack:
-        for scope in scopes:
-            try:
-                stack.enter_context(scope(context))
-            except Exception:  # a listener's scope never stops a step
-                log.exception("step_scope of a listener raised")
+def _scoped(scopes: Sequence[_Delivery], context: StepContext) -> Iterator[None]:
+    """The listeners' scopes around one step attempt or compensation. Not an ExitStack:
+    a scope whose exit raised would replace the step's outcome with its error, and one
+    whose exit answered True would swallow the step's error; here neither can."""
+    entered = [(d, scope) for d in scopes if (scope := _entered(d, context)) is not None]
+    try:
         yield
+    except BaseException as error:
+        _exited(entered, error)
+        raise
+    _exited(entered, None)
+
+
+def _entered(
+    delivery: _Delivery, context: StepContext
+) -> contextlib.AbstractContextManager[Any] | None:
+    """``delivery``'s scope of ``context``, entered (None: it raised, and is left out)."""
+    step_scope = delivery.step_scope
+    assert step_scope is not None
+    try:
+        scope: contextlib.AbstractContextManager[Any] = step_scope(context)
+        scope.__enter__()
+    except Exception:  # a listener never changes a saga's outcome
+        delivery.failed("step_scope enter")
+        return None
+    return scope
+
+
+def _exited(
+    entered: Sequence[tuple[_Delivery, contextlib.AbstractContextManager[Any]]],
+    error: BaseException | None,
+) -> None:
+    """Exit the scopes, newest first, each told the step's ``error`` (or None); what one
+    answers is ignored and what one raises counted, so the step's outcome stays its own."""
+    for delivery, scope in reversed(entered):
+        try:
+            if error is None:
+                scope.__exit__(None, None, None)
+            else:
+                scope.__exit__(type(error), error, error.__traceback__)
+        except Exception as raised:  # a listener never changes a saga's outcome
+            if raised is not error:  # a scope re-raising the step's own error is no fault
+                delivery.failed("step_scope exit")

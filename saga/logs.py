@@ -51,6 +51,8 @@ _LEVELS: Mapping[str, int] = {
     "retry_scheduled": logging.WARNING,
     "lease_lost": logging.WARNING,
     "recovery_refused": logging.WARNING,
+    # A compensation given its result as stored JSON: the result's type changed since.
+    "result_mismatch": logging.WARNING,
     # A failed compensation leaves something not undone: an operator must act.
     "compensation_failed": logging.ERROR,
 }

@@ -4,17 +4,30 @@ A declarative step's comes from its definition (``result_type=`` or the return
 annotation); a context-manager step's from the annotation of the function this
 process knows for its stored reference. A process without the definition (an
 operator's shell without ``--app``) reads plain JSON.
+
+Who reads decides what a mismatch does: a step reading ``ctx.results`` gets the
+``ResultTypeError`` (:func:`typed_result`); a compensation and a view get the JSON
+as stored with the error beside it (:func:`lenient_result`): an unwinding or an
+operator's look must never fail on a type that changed since the result was written.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from saga.codec import decode
 from saga.definition import defined_saga
 from saga.ports import SagaRecord, StepRecord
 from saga.refs import known_function
 from saga.typed import NOT_TYPED, ResultTypeError, result_type_of, revive
+
+
+class Read(NamedTuple):
+    """A recorded result as read: its value, and why it is the JSON as stored (None: it
+    is typed as its step declares, or plain JSON for an untyped step)."""
+
+    value: Any
+    error: ResultTypeError | None = None
 
 
 def result_type(record: SagaRecord, step: StepRecord) -> Any:
@@ -31,18 +44,21 @@ def typed_result(record: SagaRecord, step: StepRecord) -> Any:
     value = decode(step.result)
     if value is None:
         return None
-    return revive(value, result_type(record, step), f"result of step {step.name!r}")
+    return revive(value, result_type(record, step), _what(step))
 
 
-def shown_result(record: SagaRecord, step: StepRecord, value: Any) -> Any:
-    """What a view shows: the typed result, or the JSON as stored when it no longer
-    matches its type (a view is for reading; a step reading it gets the error)."""
+def lenient_result(record: SagaRecord, step: StepRecord, value: Any) -> Read:
+    """``value`` (``step``'s decoded result) typed, else as stored with the reason."""
     if value is None:
-        return None
+        return Read(None)
     try:
-        return revive(value, result_type(record, step), f"result of step {step.name!r}")
-    except ResultTypeError:
-        return value
+        return Read(revive(value, result_type(record, step), _what(step)))
+    except ResultTypeError as error:
+        return Read(value, error)
+
+
+def _what(step: StepRecord) -> str:
+    return f"result of step {step.name!r}"
 
 
 def _version(record: SagaRecord) -> int:

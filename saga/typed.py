@@ -4,8 +4,14 @@ saga stores a step's result as JSON; a dataclass or a pydantic model is stored a
 its fields. Read back, the JSON is made that type again when the step says what
 it returns: ``result_type=`` where the step is declared or called, else the
 function's return annotation (``-> Quote``). The stored JSON is validated on the
-way: a mismatch (the type changed since the result was recorded) is a
-``ResultTypeError`` naming the step, not a half-built object.
+way: a mismatch (the type changed since the result was recorded, or one of its
+validators raised) is a ``ResultTypeError`` naming the step, not a half-built
+object nor the validator's own exception.
+
+What is stored must read back as it was written: a model is stored by field name
+without its computed fields (``saga.codec.encode_result``: pydantic's round-trip
+dump), and read accepting a field's name or its alias, so that a model with aliases,
+computed fields or ``extra="forbid"`` comes back from its own record.
 
 Only the declared type is ever built: the stored JSON names no class, so a row
 written by someone with database access cannot make saga instantiate anything
@@ -32,15 +38,25 @@ NOT_TYPED: Any = None
 
 class ResultTypeError(SagaError, TypeError):
     """A stored result does not match the type its step declares (``result_type=`` or
-    the return annotation), typically because the type changed since it was recorded."""
+    the return annotation), typically because the type changed since it was recorded,
+    or the type raised reading it (``raised``: a validator's own exception)."""
 
-    def __init__(self, what: str, result_type: object, problem: str) -> None:
+    def __init__(
+        self, what: str, result_type: object, problem: str, stored: Any = None, raised: bool = False
+    ) -> None:
         self.what = what
         self.result_type = result_type
+        self.problem = problem
+        self.stored = stored
+        """The result as stored (decoded JSON), for a reader that can do with it."""
+        why = (
+            "the type could not read what it stored: fix the type"
+            if raised
+            else "it was likely recorded by code whose type differed: make the type accept it"
+        )
         super().__init__(
-            f"{what} does not match its type {_name(result_type)}: {problem}; it was "
-            "recorded by code whose type differed: read it as JSON (coord.history, "
-            "saga show) or make the type accept it"
+            f"{what} does not match its type {_name(result_type)}: {problem}; {why}, or read "
+            "it as the JSON it is stored as (saga show; ctx.result_error in a compensation)"
         )
 
 
@@ -74,13 +90,25 @@ def _holds_a_class(tp: object) -> bool:
 
 
 def revive(value: Any, result_type: Any, what: str) -> Any:
-    """``value`` (as decoded from JSON) as ``result_type``; unchanged if not typed."""
+    """``value`` (as decoded from JSON) as ``result_type``; unchanged if not typed.
+
+    Any failure is a ``ResultTypeError`` (its ``stored`` is ``value``): a validator or a
+    ``__post_init__`` of the application's type may raise anything, and the reader (a
+    view, an unwinding) must be able to tell a result it cannot type from its own error.
+    """
     if result_type is NOT_TYPED:
         return value
-    adapter = _pydantic_adapter(result_type)
-    if adapter is not None:
-        return _validated(adapter, value, result_type, what)
-    return _built(result_type, value, what)
+    try:
+        adapter = _pydantic_adapter(result_type)
+        if adapter is not None:
+            return _validated(adapter, value, result_type, what)
+        return _built(result_type, value, what)
+    except ResultTypeError as error:
+        error.stored = value
+        raise
+    except Exception as error:  # noqa: BLE001 - the application's type raised: say so
+        problem = f"reading it raised {type(error).__name__}: {error}"
+        raise ResultTypeError(what, result_type, problem, value, raised=True) from error
 
 
 @functools.lru_cache(maxsize=1024)
@@ -92,11 +120,22 @@ def _pydantic_adapter(result_type: Any) -> Any:
     return TypeAdapter(result_type)
 
 
+@functools.cache
+def _by_name_or_alias() -> dict[str, bool]:
+    """How a stored model is read: by field name (how it is stored) or by alias (how
+    rows recorded by a model configured to dump by alias hold it). pydantic before 2.11
+    has no such switch: there a model reads as its own configuration says."""
+    from pydantic import TypeAdapter
+
+    accepted = inspect.signature(TypeAdapter.validate_python).parameters
+    return {"by_alias": True, "by_name": True} if "by_name" in accepted else {}
+
+
 def _validated(adapter: Any, value: Any, result_type: Any, what: str) -> Any:
     from pydantic import ValidationError
 
     try:
-        return adapter.validate_python(value)
+        return adapter.validate_python(value, **_by_name_or_alias())
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first.get("loc", ())) or "the value"

@@ -8,7 +8,7 @@ from typing import Any
 from saga.codec import decode
 from saga.errors import CorruptRecordError
 from saga.ports import SagaRecord, StepRecord
-from saga.result_types import shown_result
+from saga.result_types import lenient_result
 from saga.status import SagaStatus, StepKind, StepStatus
 
 
@@ -34,6 +34,9 @@ class StepView:
     args: Any = None
     """A context-manager step's recorded arguments (``{"args": [...], "kwargs": {...}}``
     as stored); None for a declarative step, which reads the saga's input."""
+    result_error: str | None = None
+    """Why ``result`` is the JSON as stored rather than its step's type (the type changed
+    since it was recorded, or its validator raised); None when it reads as its type."""
 
     @property
     def duration(self) -> float | None:
@@ -114,13 +117,15 @@ def _version(record: SagaRecord) -> int | None:
 
 def _step_view(record: SagaRecord, step: StepRecord) -> StepView:
     saga_id = record.id
-    result = _decoded(saga_id, f"result of step {step.name!r}", step.result)
+    result = lenient_result(
+        record, step, _decoded(saga_id, f"result of step {step.name!r}", step.result)
+    )
     return StepView(
         name=step.name,
         seq=step.seq,
         status=step.status,
         attempt=step.attempt,
-        result=shown_result(record, step, result),
+        result=result.value,
         error=step.error,
         kind=step.kind,
         transactional=step.transactional,
@@ -132,6 +137,7 @@ def _step_view(record: SagaRecord, step: StepRecord) -> StepView:
         action=step.action_ref,
         compensation=step.compensation_ref,
         args=_decoded(saga_id, f"arguments of step {step.name!r}", step.args),
+        result_error=None if result.error is None else str(result.error),
     )
 
 

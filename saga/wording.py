@@ -54,6 +54,9 @@ def describe_event(event: Described) -> str:
             f"compensation of step {step} attempt {attempt} failed: {error}"
         ),
         "compensation_done": lambda: _compensated_text(event),
+        "result_mismatch": lambda: (
+            f"compensation of step {step} given its result as stored JSON: {error}"
+        ),
         "compensation_failed": lambda: f"compensation of step {step} failed: {error}",
         "lease_claimed": lambda: _claim_text(event),
         "operator_action": lambda: _operator_text(event),

@@ -86,6 +86,7 @@ def _step_json(step: StepView) -> dict[str, Any]:
         "finished_at": iso_time(step.finished_at),
         "duration_seconds": rounded(step.duration),
         "result": step.result,
+        "result_error": step.result_error,
         "error": step.error,
         "input_digest": step.input_digest,
         "output_digest": step.output_digest,

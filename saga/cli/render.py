@@ -213,6 +213,9 @@ def _render_steps(session: Session, detail: admin.SagaDetail) -> None:
             for row, name in zip(rows, names, strict=True)
         ]
     session.table(headers, rows)
+    for step in detail.saga.steps:  # a result shown as stored: say why, in full
+        if step.result_error is not None:
+            session.say(f"step {step.name}: result shown as stored JSON: {step.result_error}")
 
 
 def _step_row(step: StepView, note: str | None = None) -> list[str | Text]:

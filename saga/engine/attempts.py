@@ -15,14 +15,14 @@ from typing import Any
 
 import tenacity
 
-from saga.codec import decode, encode
+from saga.codec import decode, encode_result
 from saga.context import StepContext
 from saga.engine import records
 from saga.engine.decisions import Cursor
 from saga.engine.effects import Action, Call, Fault, Flow, Sleep, Tell, Transact, write
 from saga.policy import RetryPolicy
 from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
-from saga.result_types import typed_result
+from saga.result_types import Read, lenient_result, typed_result
 from saga.status import StepStatus
 
 Outcome = Callable[[SagaRecord, str, Any], tuple[StepWrite, Event]]
@@ -153,7 +153,7 @@ def succeeded_with(payload_limit: int) -> Outcome:
     """The success record of a transactional step, its result bounded by ``payload_limit``."""
 
     def succeeded(record: SagaRecord, name: str, result: Any) -> tuple[StepWrite, Event]:
-        encoded = encode(result, f"result of step {name!r}", payload_limit)
+        encoded = encode_result(result, f"result of step {name!r}", payload_limit)
         return records.succeeded(record, name, encoded)
 
     return succeeded
@@ -178,13 +178,20 @@ def context_for(record: SagaRecord, name: str, attempt: int, data: Any) -> StepC
     )
 
 
-def undo_context(record: SagaRecord, name: str) -> StepContext:
-    """What a compensation of step ``name`` is told: its forward result as well."""
+def undo_result(record: SagaRecord, name: str) -> Read:
+    """Step ``name``'s forward result as its compensation gets it: typed, else the JSON as
+    stored with the reason (a type changed since it was recorded never stops an unwinding)."""
     step = recorded(record, name)
-    result = typed_result(record, step) if step.result is not None else None
+    return lenient_result(record, step, decode(step.result))
+
+
+def undo_context(record: SagaRecord, name: str, result: Read) -> StepContext:
+    """What a compensation of step ``name`` is told: its forward ``result`` as well."""
+    step = recorded(record, name)
     return dataclasses.replace(
         context_for(record, name, step.undo_attempt, decode(record.input)),
-        result=result,
+        result=result.value,
+        result_error=None if result.error is None else str(result.error),
         compensating=True,
     )
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from saga.codec import decode, encode
+from saga.codec import decode, encode_result
 from saga.definition import Saga
 from saga.engine import records, unwind
 from saga.engine.attempts import attempts, recorded
@@ -263,7 +263,7 @@ def branch(
         )
         encoded = None
         if not transactional:
-            encoded = encode(result, f"result of step {run.name!r}", payload_limit)
+            encoded = encode_result(result, f"result of step {run.name!r}", payload_limit)
     except INFRASTRUCTURE_ERRORS:
         raise
     except Exception as error:  # collected by the forward flow, then unwound

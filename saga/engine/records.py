@@ -134,6 +134,13 @@ def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     return StepWrite(new), Event("compensation_started", name, attempt)
 
 
+def result_mismatch(record: SagaRecord, name: str, error: BaseException) -> Event:
+    """Step ``name``'s compensation was given its result as stored JSON: it no longer
+    reads as its type (``error``). Written once per unwinding, with the first attempt."""
+    attempt = _recorded(record, name).undo_attempt + 1
+    return Event("result_mismatch", name, attempt, {"error": describe(error)})
+
+
 def undo_attempt_failed(
     record: SagaRecord, name: str, previous_error: str | None, took: float | None = None
 ) -> tuple[Event, ...]:

@@ -20,6 +20,7 @@ from saga.engine.attempts import (
     recorded,
     retry_scheduled,
     undo_context,
+    undo_result,
     undone_outcome,
 )
 from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack, unwound_status
@@ -27,8 +28,9 @@ from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga.failure import compensation_failed
 from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
-from saga.ports import SagaRecord, StepRecord
+from saga.ports import Event, SagaRecord, StepRecord
 from saga.refs import Resolver
+from saga.result_types import Read
 from saga.status import SagaStatus
 
 
@@ -114,6 +116,7 @@ class _Undoing(Cursor):
         self.error: str | None = None
         self.took: float | None = None  # how long that attempt ran
         self.returned: Any = None  # what the compensation returned, kept in its event
+        self.mismatch_noted = False  # its result does not read as its type: recorded once
 
 
 def _undo(
@@ -160,13 +163,15 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
     """One attempt of ``step``'s compensation, its start durable first (with the error of
     the attempt before, if that one failed). True when the compensation is transactional:
     its "compensated" record then committed with its own writes."""
+    result = undo_result(cursor.record, step.name)
+    noted = _mismatch_noted(cursor, step.name, result)
     write_, started = records.undo_started(cursor.record, step.name)
     failed_before = records.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took)
     yield Fault("before_undo", step.name)
-    cursor.record = yield from write(cursor.record, [write_], [*failed_before, started])
+    cursor.record = yield from write(cursor.record, [write_], [*failed_before, *noted, started])
     cursor.error = None
     began = time.monotonic()
-    context = undo_context(cursor.record, step.name)
+    context = undo_context(cursor.record, step.name, result)
     try:
         if step.transactional:  # the undo and its record commit together
             yield from in_transaction(cursor, context, call, undone_outcome)
@@ -178,6 +183,15 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
         raise
     yield Fault("after_undo_commit" if step.transactional else "after_undo", step.name)
     return step.transactional
+
+
+def _mismatch_noted(cursor: _Undoing, name: str, result: Read) -> tuple[Event, ...]:
+    """The ``result_mismatch`` event to write with this attempt's start: with the first
+    attempt that gets its result as stored JSON, not with every retry."""
+    if result.error is None or cursor.mismatch_noted:
+        return ()
+    cursor.mismatch_noted = True
+    return (records.result_mismatch(cursor.record, name, result.error),)
 
 
 def _exhausted(

@@ -16,8 +16,8 @@ SUMMARY_KEYS = {
 }  # fmt: skip
 STEP_KEYS = {
     "seq", "name", "kind", "status", "attempt", "compensation_attempt", "transactional",
-    "started_at", "finished_at", "duration_seconds", "result", "error", "input_digest",
-    "output_digest", "in_doubt", "pivot", "retry_on",
+    "started_at", "finished_at", "duration_seconds", "result", "result_error", "error",
+    "input_digest", "output_digest", "in_doubt", "pivot", "retry_on",
 }  # fmt: skip
 EVENT_KEYS = {
     "id", "at", "offset_seconds", "duration_seconds", "kind", "step", "attempt", "epoch",

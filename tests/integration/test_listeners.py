@@ -189,7 +189,7 @@ def test_a_raising_listener_is_logged_once_and_counted(
     assert view.status is SagaStatus.COMPLETED
     assert coord.listeners.errors == len(coord.history(view.id)) + 1  # + the retry
     assert [r.message for r in caplog.records].count(
-        f"listener {broken!r} raised (later errors are only counted)"
+        f"listener {broken!r}: event raised (later errors of its event are only counted)"
     ) == 1
 
 
