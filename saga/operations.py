@@ -66,7 +66,9 @@ def new_saga(
     first = engine.ready(saga, record, (), saga.max_concurrency)
     started = first if isinstance(first, list) else []
     writes, events = engine.start_all(saga, record, started)
-    change = engine.commit(record, writes, [Event("saga_started"), *events])
+    # Where the definition lives, for an operator whose process lacks it (``saga recover``).
+    started_event = Event("saga_started", detail={"module": saga.module} if saga.module else None)
+    change = engine.commit(record, writes, [started_event, *events])
     return record, change, started
 
 

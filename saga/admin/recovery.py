@@ -72,6 +72,12 @@ class RecoverySummary:
         return sum(1 for item in self.items if item.result is result)
 
     @property
+    def recovered(self) -> int:
+        """How many sagas this run finished (resumed or compensated): not the ones it
+        skipped, failed on, or lost to another process; none under ``dry_run``."""
+        return self.count(Result.RESUMED) + self.count(Result.COMPENSATED)
+
+    @property
     def ok(self) -> bool:
         """Every saga listed was recovered (under ``dry_run``: none would be skipped).
 
@@ -91,6 +97,9 @@ class RecoverySummary:
                 if result is not Result.LOST or self.count(result)
             },
             "ok": self.ok,
+            # added beside the counts, which keep their shape: finished of listed
+            "recovered": self.recovered,
+            "total": len(self.items),
         }
 
 
@@ -174,7 +183,7 @@ def _decide(coord: Coordinator, view: SagaView, compensate: bool) -> tuple[Plan,
     predicts what the real run does); and what would stop it, if anything."""
     definition = definition_of(view)
     if view.kind == "declarative" and definition is None:
-        return Plan.SKIP, no_definition(view)
+        return Plan.SKIP, no_definition(coord, view)
     plan = _PLANS[recovery_route(view, definition, compensate)]
     if plan is not Plan.RESUME and definition is None:
         return plan, _untrusted(coord, view)
