@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import heapq
+import inspect
 import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -40,6 +41,15 @@ def defined_saga(name: str, version: int | None = None) -> Saga | None:
 def defined_versions(name: str) -> list[Saga]:
     """Every version of the saga named ``name`` defined in this process, oldest first."""
     return sorted((s for (n, _), s in _catalog.items() if n == name), key=lambda s: s.version)
+
+
+def _defining_module() -> str | None:
+    """The module of the code calling ``Saga(...)`` (two frames up: past ``__init__``)."""
+    frame = inspect.currentframe()
+    caller = None if frame is None or frame.f_back is None else frame.f_back.f_back
+    name = None if caller is None else caller.f_globals.get("__name__")
+    del frame, caller  # a frame held in a local would keep every local of its stack alive
+    return name if isinstance(name, str) and name != "__main__" else None
 
 
 @dataclasses.dataclass(eq=False)
@@ -119,6 +129,9 @@ class Saga:
         self.max_concurrency = max_concurrency
         self.deadline = deadline
         self.steps: list[Step] = []
+        self.module = _defining_module()
+        """The module whose code defined it (None for a script): recorded when an instance
+        starts, so that a process without the definition can say which ``--app`` to pass."""
         self._plan: _Plan | None = None
         _catalog[(name, version)] = self
 

@@ -15,7 +15,6 @@ import types
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
-from typing import Literal
 
 from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
@@ -25,8 +24,6 @@ from saga.failure import recorded_failure
 from saga.ports import ClaimGuard, Commit, Event, SagaRecord
 from saga.status import SagaStatus
 from saga.versions import record_version, started_with
-
-Route = Literal["forward", "unwind", "turn"]
 
 
 def seconds(deadline: timedelta | float | None) -> float | None:
@@ -69,7 +66,9 @@ def new_saga(
     first = engine.ready(saga, record, (), saga.max_concurrency)
     started = first if isinstance(first, list) else []
     writes, events = engine.start_all(saga, record, started)
-    change = engine.commit(record, writes, [Event("saga_started"), *events])
+    # Where the definition lives, for an operator whose process lacks it (``saga recover``).
+    started_event = Event("saga_started", detail={"module": saga.module} if saga.module else None)
+    change = engine.commit(record, writes, [started_event, *events])
     return record, change, started
 
 
@@ -97,24 +96,6 @@ def checked(saga: Saga, record: SagaRecord) -> Saga:
     """``saga`` if it is the definition ``record`` started with; refuse otherwise."""
     same = saga if record_version(record) == saga.version else None
     return started_with(record, same, [saga.version])
-
-
-def recovery_route(record: SagaRecord, saga: Saga | None, compensate: bool) -> Route:
-    """Which way a claimed, unfinished saga goes.
-
-    Compensating sagas keep compensating. A running declarative saga goes
-    forward unless told to compensate (``on_crash``, ``--compensate``, a
-    cancel request); past its pivot it can only go forward. A running
-    context-manager saga is compensated: only its own code could continue it.
-    """
-    if record.status is SagaStatus.COMPENSATING:
-        return "unwind"
-    if saga is not None and engine.pivot_may_have_acted(record):
-        return "forward"
-    wants_forward = not compensate and not record.cancel_requested
-    if saga is not None and wants_forward and saga.on_crash == "resume":
-        return "forward"
-    return "turn"
 
 
 def turn(record: SagaRecord, why: str) -> Event:

@@ -59,7 +59,7 @@ def mark_compensated(coord: Coordinator, saga_id: SagaRef, step: str, reason: st
     _require_failed(view, "mark-compensated")
     definition = definition_of(view)
     if view.kind == "declarative" and definition is None:
-        raise UnknownSagaError(no_definition(view))
+        raise UnknownSagaError(no_definition(coord, view))
     record = coord.store.load(saga_id)
     assert record is not None
     _record_hand_undo(coord, record, _undo_candidate(record, step, definition), reason)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 
+from saga import engine
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.views import SagaView, StepView
 
@@ -24,7 +25,8 @@ def current_step(view: SagaView) -> StepView | None:
 
 
 def past_pivot(view: SagaView) -> bool:
-    return any(s.kind is StepKind.PIVOT and s.status is StepStatus.SUCCEEDED for s in view.steps)
+    """Whether its pivot succeeded: the engine's own rule, read off the view."""
+    return engine.past_pivot(view)
 
 
 def lease_left(view: SagaView, now: float) -> float | None:

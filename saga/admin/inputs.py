@@ -170,9 +170,31 @@ def definition_of(view: SagaView) -> Saga | None:
     return defined_saga(view.name, view.version)
 
 
-def no_definition(view: SagaView) -> str:
+def no_definition(coord: Coordinator, view: SagaView) -> str:
     """Why this process cannot act on a declarative saga: no definition of its version."""
     known = [saga.version for saga in defined_versions(view.name)]
-    if not known:
+    if known:
+        return f"saga {view.id} {missing(view.name, view.version or 1, known)}"
+    module = defining_module(coord, view.id)
+    if module is None:  # started before the module was recorded, or by a script
         return f"no definition of saga {view.name!r} here; pass --app MODULE"
-    return f"saga {view.id} {missing(view.name, view.version or 1, known)}"
+    return (
+        f"no definition of saga {view.name!r} here; "
+        f"pass --app {module} or run from a process that imports it"
+    )
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+
+
+def defining_module(coord: Coordinator, saga_id: str) -> str | None:
+    """The module that defined a declarative saga, as its start recorded it (if it did).
+
+    Stored text is not trusted: anything but a dotted Python name is ignored.
+    """
+    events = coord.store.events(saga_id)
+    started = next((e for e in events if e.kind == "saga_started"), None)
+    module = None if started is None else (started.detail or {}).get("module")
+    if isinstance(module, str) and _MODULE_NAME.fullmatch(module):
+        return module
+    return None

@@ -11,9 +11,10 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from saga.admin.facts import human_duration, json_value, lease_left, past_pivot
+from saga.admin.facts import human_duration, json_value, lease_left
 from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
 from saga.coordinator import Coordinator
+from saga.engine import Route, recovery_route
 from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
 from saga.recovery import LOST
 from saga.status import SagaStatus, StepStatus
@@ -71,6 +72,12 @@ class RecoverySummary:
         return sum(1 for item in self.items if item.result is result)
 
     @property
+    def recovered(self) -> int:
+        """How many sagas this run finished (resumed or compensated): not the ones it
+        skipped, failed on, or lost to another process; none under ``dry_run``."""
+        return self.count(Result.RESUMED) + self.count(Result.COMPENSATED)
+
+    @property
     def ok(self) -> bool:
         """Every saga listed was recovered (under ``dry_run``: none would be skipped).
 
@@ -90,6 +97,9 @@ class RecoverySummary:
                 if result is not Result.LOST or self.count(result)
             },
             "ok": self.ok,
+            # added beside the counts, which keep their shape: finished of listed
+            "recovered": self.recovered,
+            "total": len(self.items),
         }
 
 
@@ -161,21 +171,20 @@ def _plan(coord: Coordinator, view: SagaView, compensate: bool, now: float) -> R
     return RecoveryItem(view.id, view.name, plan, Result.PLANNED, view.status)
 
 
+_PLANS: dict[Route, Plan] = {
+    "forward": Plan.RESUME,
+    "turn": Plan.COMPENSATE,
+    "unwind": Plan.CONTINUE,
+}
+
+
 def _decide(coord: Coordinator, view: SagaView, compensate: bool) -> tuple[Plan, str | None]:
-    """The coordinator's recovery rule, predicted; and what would stop it, if anything."""
+    """The coordinator's recovery rule (the same function, not a copy of it: a dry run
+    predicts what the real run does); and what would stop it, if anything."""
     definition = definition_of(view)
     if view.kind == "declarative" and definition is None:
-        return Plan.SKIP, no_definition(view)
-    if view.status is SagaStatus.COMPENSATING:
-        plan = Plan.CONTINUE
-    elif definition is None:  # a context-manager saga: only its own code goes forward
-        plan = Plan.COMPENSATE
-    elif past_pivot(view):
-        plan = Plan.RESUME
-    elif compensate or definition.on_crash == "compensate" or view.cancel_requested:
-        plan = Plan.COMPENSATE
-    else:
-        plan = Plan.RESUME
+        return Plan.SKIP, no_definition(coord, view)
+    plan = _PLANS[recovery_route(view, definition, compensate)]
     if plan is not Plan.RESUME and definition is None:
         return plan, _untrusted(coord, view)
     return plan, None

@@ -345,7 +345,8 @@ def render_recovery(session: Session, summary: admin.RecoverySummary) -> None:
     if summary.dry_run:
         session.say(f"dry run: {len(summary.items) - skipped} to recover, {skipped} skipped")
     else:
-        session.say(f"recovered {len(summary.items)}: {counts}, {skipped} skipped")
+        recovered = f"recovered {summary.recovered} of {len(summary.items)}"
+        session.say(f"{recovered}: {counts}, {skipped} skipped")
 
 
 def _recovery_line(item: admin.RecoveryItem, dry_run: bool) -> Text:

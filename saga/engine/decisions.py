@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Literal, Protocol
 
 from saga.definition import Saga
 from saga.failure import failing_step
@@ -93,12 +94,61 @@ def ready(
     return found
 
 
-def past_pivot(record: SagaRecord) -> bool:
+class _StepState(Protocol):
+    """What the rules below read of a step: a ``StepRecord`` or an admin ``StepView``."""
+
+    @property
+    def kind(self) -> StepKind: ...
+
+    @property
+    def status(self) -> StepStatus: ...
+
+
+class SagaState(Protocol):
+    """What the recovery rule reads of a saga: a ``SagaRecord`` or an admin ``SagaView``,
+    so that ``saga recover --dry-run`` predicts with the very rule recovery follows."""
+
+    @property
+    def status(self) -> SagaStatus: ...
+
+    @property
+    def cancel_requested(self) -> bool: ...
+
+    @property
+    def steps(self) -> Sequence[_StepState]: ...
+
+
+Route = Literal["forward", "unwind", "turn"]
+"""Which way recovery takes a claimed saga: on, keep unwinding, or turn and unwind."""
+
+
+def recovery_route(state: SagaState, saga: Saga | None, compensate: bool) -> Route:
+    """Which way a claimed, unfinished saga goes (``saga``: its definition, if declarative
+    and known here; ``compensate``: the operator asked to unwind it).
+
+    Compensating sagas keep compensating. A running declarative saga goes
+    forward unless told to compensate (``on_crash``, ``--compensate``, a
+    cancel request); once its pivot may have acted (succeeded, or started and
+    never reported back) it can only go forward, whatever it was told. A
+    running context-manager saga is compensated: only its own code could
+    continue it.
+    """
+    if state.status is SagaStatus.COMPENSATING:
+        return "unwind"
+    if saga is not None and pivot_may_have_acted(state):
+        return "forward"
+    wants_forward = not compensate and not state.cancel_requested
+    if saga is not None and wants_forward and saga.on_crash == "resume":
+        return "forward"
+    return "turn"
+
+
+def past_pivot(record: SagaState) -> bool:
     """Whether a pivot step succeeded: from then on the saga only goes forward."""
     return any(s.kind is StepKind.PIVOT and s.status is StepStatus.SUCCEEDED for s in record.steps)
 
 
-def pivot_may_have_acted(record: SagaRecord) -> bool:
+def pivot_may_have_acted(record: SagaState) -> bool:
     """Whether a pivot succeeded, started and never reported back (a crash mid-pivot),
     or was given up without its outcome ever being learnt (``in_doubt``).
 

@@ -21,6 +21,7 @@ from saga.engine.effects import Action
 from saga.engine.forward import is_async
 from saga.errors import (
     INFRASTRUCTURE_ERRORS,
+    CompletedInputMismatch,
     DefinitionError,
     OperationRefusedError,
     SagaFailed,
@@ -266,16 +267,25 @@ class ScopeCore:
         if self._record is None:
             return None
         recorded = next((s for s in self._record.steps if s.seq == seq), None)
-        if recorded is None:
-            return None
-        call = (recorded.name, recorded.input_digest, recorded.action_ref)
-        if call != (name, input_digest, action_ref):
-            raise DefinitionError(
-                f"saga {self.id}: call {seq} is {name!r} ({action_ref}) with these arguments, "
-                f"but the saga recorded {recorded.name!r} ({recorded.action_ref}) with others; "
-                "the block must make the same calls in the same order when it is re-entered"
+        same = recorded is not None and (
+            (recorded.name, recorded.input_digest, recorded.action_ref)
+            == (name, input_digest, action_ref)
+        )
+        if self._record.status is SagaStatus.COMPLETED and not same:
+            # The key stands for the calls it completed with: refused as a declarative
+            # rerun with other input is (nothing ran, nothing is left to unwind).
+            raise CompletedInputMismatch(
+                self.id,
+                f"saga {self.name!r} key {self.key!r} completed with other calls or arguments "
+                f"(call {seq}, {name!r}, differs); use a new key for new input",
             )
-        return recorded
+        if recorded is None or same:
+            return recorded
+        raise DefinitionError(
+            f"saga {self.id}: call {seq} is {name!r} ({action_ref}) with these arguments, "
+            f"but the saga recorded {recorded.name!r} ({recorded.action_ref}) with others; "
+            "the block must make the same calls in the same order when it is re-entered"
+        )
 
     def _refuse_unless_running(self) -> None:
         if self._record is not None and self._record.status is not SagaStatus.RUNNING:

@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 from saga import operations
 from saga.definition import Saga
 from saga.engine import records
-from saga.engine.decisions import RunStep, failed_step
+from saga.engine.decisions import RunStep, failed_step, recovery_route
 from saga.engine.effects import DRAINING, Flow, Hold, Load, StoreCall, Tell, write
 from saga.engine.flows import Flows
 from saga.errors import (
@@ -177,7 +177,7 @@ class Verbs:
     def finish(self, record: SagaRecord, compensate: bool) -> Flow[SagaRecord]:
         """Carry a claimed saga to its end: forward or unwinding, as the rules say."""
         saga = self.definitions._saga_for(record)
-        route = operations.recovery_route(record, saga, compensate)
+        route = recovery_route(record, saga, compensate)
         if route == "forward":
             assert saga is not None
             return (yield from self.forward(saga, record))

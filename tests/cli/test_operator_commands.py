@@ -39,7 +39,7 @@ def test_recover_finishes_every_stuck_saga_and_summarises(world: World, coord: C
     assert f"resumed      {world.stuck} (cli-order) -> completed" in result.stdout
     assert (
         result.stdout.splitlines()[-1]
-        == "recovered 2: 1 resumed, 1 compensated, 0 failed, 0 skipped"
+        == "recovered 2 of 2: 1 resumed, 1 compensated, 0 failed, 0 skipped"
     )
     assert coord.get(world.stuck).status is SagaStatus.COMPLETED
     assert coord.get(world.stuck).step("charge").attempt == 2

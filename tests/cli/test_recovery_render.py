@@ -35,10 +35,11 @@ def test_a_lost_saga_gets_its_own_line_and_count() -> None:
     assert lines == [
         f"resumed      {RESUMED_ID} (place-order) -> completed",
         f"lost         {LOST_ID} (place-order): {LOST_REASON}",
-        "recovered 2: 1 resumed, 0 compensated, 0 failed, 1 lost to another process, 0 skipped",
+        "recovered 1 of 2: 1 resumed, 0 compensated, 0 failed, 1 lost to another process, "
+        "0 skipped",
     ]
 
 
 def test_the_summary_line_mentions_lost_sagas_only_when_there_are_some() -> None:
     lines = _printed(_item(RESUMED_ID, admin.Result.RESUMED, SagaStatus.COMPLETED))
-    assert lines[-1] == "recovered 1: 1 resumed, 0 compensated, 0 failed, 0 skipped"
+    assert lines[-1] == "recovered 1 of 1: 1 resumed, 0 compensated, 0 failed, 0 skipped"

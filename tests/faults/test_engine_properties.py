@@ -233,7 +233,7 @@ class EngineMachine(RuleBasedStateMachine):
     @rule(compensate=st.booleans())
     def recover(self, compensate: bool) -> None:
         self._claim()
-        route = operations.recovery_route(self.durable, self.saga, compensate)
+        route = engine.recovery_route(self.durable, self.saga, compensate)
         if route == "forward":
             self._advance(self.durable, [], [])
         elif route == "turn":

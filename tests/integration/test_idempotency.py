@@ -166,3 +166,31 @@ def test_context_manager_same_key_after_compensation_raises(coord: Coordinator) 
     assert again.value.status is SagaStatus.COMPENSATED
     assert again.value.saga_id == s.id
     assert len(steps.CALLS) == calls
+
+
+@pytest.mark.parametrize("other", ["arguments", "a call more"])
+def test_context_manager_completed_saga_re_entered_with_other_calls_is_refused(
+    coord: Coordinator, other: str
+) -> None:
+    with coord.saga("idem-cm-other", key="k") as s:
+        s.step(steps.debit, "alice", 10, compensate=steps.refund)
+    calls = len(steps.CALLS)
+    with (  # noqa: PT012 - the block is the saga
+        pytest.raises(InputMismatchError, match="use a new key") as refused,
+        coord.saga("idem-cm-other", key="k") as again,
+    ):
+        if other == "arguments":
+            again.step(steps.debit, "alice", 99, compensate=steps.refund)
+        else:
+            again.step(steps.debit, "alice", 10, compensate=steps.refund)
+            again.step(steps.credit, "bob", 10, compensate=steps.uncredit)
+    assert refused.value.saga_id == s.id
+    # Code written when this raised the saga's SagaFailed (status completed) still catches it.
+    assert isinstance(refused.value, SagaFailed)
+    assert refused.value.status is SagaStatus.COMPLETED
+    assert len(steps.CALLS) == calls
+    view = coord.get(s.id)
+    assert view.status is SagaStatus.COMPLETED
+    assert [(st.name, st.args) for st in view.steps] == [
+        ("debit", {"args": ["alice", 10], "kwargs": {}})
+    ]
