@@ -18,7 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from saga import admin
+from saga import _secrets, admin
 from saga.coordinator import Coordinator
 from saga.errors import (
     ConfigurationError,
@@ -250,34 +250,16 @@ def explain(error: Exception) -> tuple[int, str]:
 
 
 def scrub(text: str, url: str | None) -> str:
-    """``text`` with the URL's password blanked, should any message ever carry it.
-
-    Messages already use the masked URL; this is the second line of defence.
-    """
-    raw = url or default_url()
-    password = _password(raw)
-    if not password:
-        return text
-    return text.replace(raw, masked_url(raw)).replace(f":{password}@", ":***@")
+    """``text`` with every credential of the URL in use (or of ``$PGPASSWORD``) blanked,
+    should any message ever carry it (see ``saga._secrets``)."""
+    return _secrets.scrub(text, url or default_url())
 
 
 def shown_url(url: str) -> str:
     """``url`` as a command line may repeat it: as given, or masked if it holds a password
     (which is never printed; a URL in ``$SAGA_DATABASE_URL`` needs no repeating)."""
-    return url if _password(url) is None else masked_url(url)
-
-
-def _password(url: str) -> str | None:
-    try:
-        from sqlalchemy.engine import make_url
-
-        password = make_url(url).password
-        return None if password is None else str(password)
-    except Exception:  # an unparsable URL has no password we can find
-        return None
+    return masked_url(url) if _secrets.credentials_in(url) else url
 
 
 def masked_url(url: str) -> str:
-    from saga.adapters.sql import masked  # the adapter is imported only when needed
-
-    return str(masked(url))
+    return _secrets.masked(url)
