@@ -62,8 +62,18 @@ class Session:
         return self._coordinator
 
     def close(self) -> None:
+        """Close the coordinator and run the factory's tear-down, once the command is done.
+
+        A tear-down that fails is one line on stderr, like any error; the exit code stays
+        the command's own if it had failed, else it is 1 (docs/application.md).
+        """
         self._coordinator = None
-        self._opened.close()  # the coordinator, and the factory's own tear-down
+        ending = sys.exc_info()[1]  # the command's typer.Exit, when it ends with a code
+        try:
+            with reporting(self):
+                self._opened.close()  # the coordinator, and the factory's own tear-down
+        except typer.Exit as failed:
+            raise typer.Exit(getattr(ending, "exit_code", 0) or failed.exit_code) from None
 
     def wants_json(self, flag: bool) -> bool:
         return flag or self.json
