@@ -169,6 +169,43 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class TextFormatter(logging.Formatter):
+    """``TEXT_FORMAT`` lines whose message has every control character escaped
+    (``wording.printable``, as the admin command prints): a saga's name, key, step or
+    error is stored text, often a client's, and raw it would forge a log line with a
+    newline or drive the reader's terminal. A traceback keeps its lines, each escaped
+    and indented, so that no line of it can pass for a record of its own."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT) -> None:
+        super().__init__(fmt)
+
+    def format(self, record: logging.LogRecord) -> str:
+        cached = record.exc_text  # another handler's formatter may have cached it raw
+        record.exc_text = None
+        try:
+            return super().format(record)
+        finally:
+            record.exc_text = cached
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        saved = record.message
+        record.message = printable(saved)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message = saved
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join(f"  {printable(line)}" for line in text.splitlines())
+
+
 def configure(
     *,
     log_format: str = "text",
@@ -191,8 +228,7 @@ def configure(
         )
     else:
         handler = logging.StreamHandler(stream or sys.stderr)
-    text = logging.Formatter(TEXT_FORMAT)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else text)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(StepContextFilter())
     logger = logging.getLogger("saga")
     logger.addHandler(handler)

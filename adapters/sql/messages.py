@@ -3,15 +3,7 @@ first line of a driver's error (the rest is the driver's traceback of the query)
 
 from __future__ import annotations
 
-from sqlalchemy.engine import make_url
-
-
-def masked(url: str) -> str:
-    """The URL with its password hidden, fit for messages and logs."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - an unparsable URL must still never leak
-        return "<unparsable database URL>"
+from saga._secrets import masked as masked  # every credential form, in one place
 
 
 def first_line(error: BaseException) -> str:

@@ -12,6 +12,7 @@ applications that start things before it and stop them after.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
@@ -20,7 +21,7 @@ from typing import Any
 from saga.admin.inputs import CLI_STORE_RETRY, import_apps, open_coordinator
 from saga.aio import AsyncCoordinator
 from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
+from saga.errors import ConfigurationError, SagaError
 from saga.policy import RetryPolicy
 
 
@@ -105,7 +106,7 @@ def _built(spec: str, factory: Callable[[], Any]) -> Iterator[Coordinator]:
         made = contextlib.nullcontext(made)
     coord: Coordinator | None = None
     try:
-        with made as entered:
+        with _Guarded(spec, made) as entered:
             coord = _coordinator_of(spec, entered)
             yield coord
     finally:  # after the factory's own tear-down, which may close it too (twice is harmless)
@@ -119,9 +120,46 @@ def _called(spec: str, factory: Callable[[], Any]) -> Any:
     except ConfigurationError:
         raise
     except Exception as error:
-        raise ConfigurationError(
-            f"--app {spec}: the factory failed: {type(error).__name__}: {error}"
-        ) from error
+        raise ConfigurationError(_failed(spec, "the factory failed", error)) from error
+
+
+class FactoryTeardownError(SagaError):
+    """The factory's tear-down (after its ``yield``, or its ``__exit__``) raised once the
+    command was done: one line for the operator, the command's own outcome kept."""
+
+
+@dataclasses.dataclass
+class _Guarded(contextlib.AbstractContextManager[Any]):
+    """The factory's context manager, its failures named after it: at start-up (before
+    the ``yield``) a ConfigurationError, at tear-down a FactoryTeardownError."""
+
+    spec: str
+    made: contextlib.AbstractContextManager[Any]
+
+    def __enter__(self) -> Any:
+        try:
+            return self.made.__enter__()
+        except ConfigurationError:
+            raise
+        except Exception as error:
+            raise ConfigurationError(
+                _failed(self.spec, "the factory failed at start-up", error)
+            ) from error
+
+    def __exit__(self, *raised: Any) -> bool | None:
+        try:
+            return self.made.__exit__(*raised)
+        except Exception as error:
+            if error is raised[1]:
+                raise  # the command's own error, handed back by the factory's tear-down
+            message = _failed(
+                self.spec, "the factory's tear-down failed once the command ran", error
+            )
+            raise FactoryTeardownError(message) from error
+
+
+def _failed(spec: str, what: str, error: Exception) -> str:
+    return f"--app {spec}: {what}: {type(error).__name__}: {error}"
 
 
 def _coordinator_of(spec: str, made: object) -> Coordinator:

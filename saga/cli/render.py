@@ -24,6 +24,7 @@ from saga.cli.session import Session, printable, shown_url
 from saga.ports import DEFAULT_LIST_LIMIT
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView, StepView
+from saga.wording import unsafe
 
 STATUS_STYLES = {
     SagaStatus.RUNNING: "cyan",
@@ -91,14 +92,33 @@ def render_page(session: Session, page: admin.SagaPage, args: ListArgs) -> None:
     headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE"]
     id_table(session, headers, [_page_row(view, page.now) for view in page.sagas], args.wide)
     if page.next_before:
-        session.say(f"more: {next_page_command(session, args, page.next_before)}", style="dim")
+        hint = Text(f"more: {next_page_command(session, args, page.next_before)}", style="dim")
+        session.out.print(hint, soft_wrap=True, highlight=False)  # safe by construction
 
 
 def next_page_command(session: Session, args: ListArgs, before: str) -> str:
     """The ``saga list`` that shows the page after ``before`` of the same query, every
     word quoted for a shell, so that pasting it is safe whatever a name or key holds."""
     database = [] if session.url is None else ["--db", shown_url(session.url)]
-    return shlex.join(["saga", *database, "list", *args.options(), "--before", before])
+    words = ["saga", *database, "list", *args.options(), "--before", before]
+    return " ".join(map(shell_word, words))
+
+
+def shell_word(word: str) -> str:
+    """``word`` quoted so that a shell given it back reads exactly ``word``, and safe to
+    print: ``shlex.quote``'s single quotes, where a newline is kept as it is (pasted, the
+    line goes on inside the quotes, and ``shlex.split`` reads it back). Any other control
+    or invisible character must not reach the terminal raw, so a word holding one is
+    written in ANSI-C quoting, ``$'...'`` with escapes (bash, zsh, ksh, POSIX.1-2024 sh)."""
+    if not any(unsafe(char) for char in word if char != "\n"):
+        return shlex.quote(word)
+    return "$'" + "".join(_ansi_c(char) for char in word) + "'"
+
+
+def _ansi_c(char: str) -> str:
+    if char in "\\'":
+        return "\\" + char
+    return printable(char) if unsafe(char) else char  # \n, \x1b, \u202e: as $'...' reads them
 
 
 def id_table(

@@ -18,7 +18,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from saga import admin
+from saga import _secrets, admin
 from saga.coordinator import Coordinator
 from saga.errors import (
     ConfigurationError,
@@ -62,8 +62,18 @@ class Session:
         return self._coordinator
 
     def close(self) -> None:
+        """Close the coordinator and run the factory's tear-down, once the command is done.
+
+        A tear-down that fails is one line on stderr, like any error; the exit code stays
+        the command's own if it had failed, else it is 1 (docs/application.md).
+        """
         self._coordinator = None
-        self._opened.close()  # the coordinator, and the factory's own tear-down
+        ending = sys.exc_info()[1]  # the command's typer.Exit, when it ends with a code
+        try:
+            with reporting(self):
+                self._opened.close()  # the coordinator, and the factory's own tear-down
+        except typer.Exit as failed:
+            raise typer.Exit(getattr(ending, "exit_code", 0) or failed.exit_code) from None
 
     def wants_json(self, flag: bool) -> bool:
         return flag or self.json
@@ -250,34 +260,16 @@ def explain(error: Exception) -> tuple[int, str]:
 
 
 def scrub(text: str, url: str | None) -> str:
-    """``text`` with the URL's password blanked, should any message ever carry it.
-
-    Messages already use the masked URL; this is the second line of defence.
-    """
-    raw = url or default_url()
-    password = _password(raw)
-    if not password:
-        return text
-    return text.replace(raw, masked_url(raw)).replace(f":{password}@", ":***@")
+    """``text`` with every credential of the URL in use (or of ``$PGPASSWORD``) blanked,
+    should any message ever carry it (see ``saga._secrets``)."""
+    return _secrets.scrub(text, url or default_url())
 
 
 def shown_url(url: str) -> str:
     """``url`` as a command line may repeat it: as given, or masked if it holds a password
     (which is never printed; a URL in ``$SAGA_DATABASE_URL`` needs no repeating)."""
-    return url if _password(url) is None else masked_url(url)
-
-
-def _password(url: str) -> str | None:
-    try:
-        from sqlalchemy.engine import make_url
-
-        password = make_url(url).password
-        return None if password is None else str(password)
-    except Exception:  # an unparsable URL has no password we can find
-        return None
+    return masked_url(url) if _secrets.credentials_in(url) else url
 
 
 def masked_url(url: str) -> str:
-    from saga.adapters.sql import masked  # the adapter is imported only when needed
-
-    return str(masked(url))
+    return _secrets.masked(url)

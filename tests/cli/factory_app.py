@@ -73,3 +73,16 @@ def fails() -> Coordinator:
 
 
 not_a_function = 42
+
+
+def fails_at_start_up() -> Iterator[Coordinator]:
+    """A generator factory whose set-up raises before it yields."""
+    raise RuntimeError("settings file missing")
+    yield make_coordinator()  # pragma: no cover - never reached
+
+
+def fails_at_tear_down() -> Iterator[Coordinator]:
+    """A generator factory whose tear-down raises after the command is done."""
+    with make_coordinator() as coord:
+        yield coord
+    raise RuntimeError("could not flush the ledger")

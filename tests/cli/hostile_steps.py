@@ -6,7 +6,8 @@ Its name, its step names, its results and its errors hold a screen clear
 right-to-left override, the way text from an HTTP client might. The input
 steers it as in ``tests.cli.steps``: ``fail`` makes the second step fail,
 ``undo_fails`` makes the first step's compensation fail too, ``crash``
-stops the process's work inside the second step as a crash would.
+stops the process's work inside the second step as a crash would, ``forge`` is
+added to the second step's error.
 """
 
 from __future__ import annotations
@@ -48,5 +49,6 @@ def boom(ctx: StepContext) -> str:
     if ctx.data.get("crash") and ctx.attempt == 1:
         raise Crash(BOOM)
     if ctx.data.get("fail"):
-        raise ValueError("boom " + HOSTILE)  # not retried: only connection errors are
+        # not retried: only connection errors are; "forge" adds a would-be log line
+        raise ValueError("boom " + HOSTILE + ctx.data.get("forge", ""))
     return HOSTILE

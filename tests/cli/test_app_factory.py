@@ -3,6 +3,7 @@ application builds (its database, lease and resources), through the real script.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -96,6 +97,11 @@ def test_a_generator_factory_is_set_up_before_and_torn_down_after(
         (["tests.cli.factory_app:not_a_function"], "names a 'int' object, not a function"),
         (["tests.cli.factory_app:returns_nothing"], "returned 'NoneType'; it must return"),
         (["tests.cli.factory_app:fails"], "the factory failed: RuntimeError: settings file"),
+        (
+            ["tests.cli.factory_app:fails_at_start_up"],
+            "--app tests.cli.factory_app:fails_at_start_up: the factory failed at start-up: "
+            "RuntimeError: settings file missing",
+        ),
         ([FACTORY, "tests.cli.factory_app:lifecycle"], "more than one --app factory"),
         (["no_such_module:make"], "cannot import --app module 'no_such_module'"),
     ],
@@ -129,3 +135,35 @@ def test_options_the_factory_already_sets_are_refused(
     assert f"--app {FACTORY} builds the coordinator" in line
     assert dropped in line
     assert not (tmp_path / "other.db").exists()
+
+
+TORN = "tests.cli.factory_app:fails_at_tear_down"
+TORN_LINE = (
+    f"saga: error: --app {TORN}: the factory's tear-down failed once the command ran: "
+    "RuntimeError: could not flush the ledger"
+)
+
+
+def test_a_tear_down_that_fails_is_one_line_after_the_output_and_exit_1(
+    app_env: dict[str, str], tmp_path: Path
+) -> None:
+    listed = run_saga("--app", TORN, "list", cwd=tmp_path)
+    assert listed.stdout == "no sagas match\n"
+    assert listed.stderr.splitlines() == [TORN_LINE]
+    assert listed.returncode == 1
+    as_json = run_saga("--app", TORN, "--json", "list", cwd=tmp_path)
+    assert as_json.returncode == 1
+    assert json.loads(as_json.stdout)["sagas"] == []
+    assert json.loads(as_json.stderr) == {"error": TORN_LINE[13:], "exit_code": 1}
+
+
+def test_a_tear_down_that_fails_keeps_a_failed_commands_own_exit_code(
+    app_env: dict[str, str], tmp_path: Path
+) -> None:
+    shown = run_saga("--app", TORN, "show", "not-an-id", cwd=tmp_path)
+    lines = shown.stderr.splitlines()
+    assert len(lines) == 2, shown.stderr
+    assert "Traceback" not in shown.stderr
+    assert "'not-an-id' is not a saga id" in lines[0]
+    assert lines[1] == TORN_LINE
+    assert shown.returncode == 2

@@ -182,6 +182,52 @@ def test_worker_lines_escape_stored_text(
     assert f"saga {sagas.stuck} (evil{SHOWN}): completed" in stderr
 
 
+FORGED = "\n2026-12-03 00:00:00,000 INFO saga.worker: saga forged: completed"
+"""What a newline in stored text would add to a text log, as a record of its own."""
+RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ saga\.[a-z.]+: ")
+
+
+def _failed_stuck(coord: Coordinator) -> str:
+    """A saga stuck in its second step, which fails on recovery (with FORGED in its error)
+    and whose compensation fails too: every kind of stored text reaches the log."""
+    key = "s-2" + FORGED
+    data = {"crash": True, "fail": True, "undo_fails": True, "forge": FORGED}
+    with pytest.raises(hostile.Crash):
+        coord.run(hostile.EVIL, data=data, key=key)
+    record = coord.store.find(hostile.EVIL.name, key)
+    assert record is not None
+    expire(coord, record.id)
+    return record.id
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_worker_logs_carry_no_control_characters(
+    sagas: Hostile, coord_on: Coordinator, log_format: str, tmp_path: Path
+) -> None:
+    stuck = _failed_stuck(coord_on)
+    log = tmp_path / "worker.log"
+    command = [*saga_command(), "--db", sagas.url, "--app", APP, "worker", "--interval", "0.1s"]
+    command += ["--log-format", log_format, "--log-file", str(log)]
+    with _started(command, tmp_path) as worker:
+        _wait_for(lambda: coord_on.get(stuck).status is SagaStatus.FAILED)
+        _wait_for(lambda: coord_on.get(sagas.stuck).status is SagaStatus.COMPLETED)
+        worker.send_signal(signal.SIGTERM)
+        _, stderr = worker.communicate(timeout=30)
+    assert worker.returncode == 0, stderr
+    written = log.read_text()
+    if log_format == "json":  # JSON escapes every control character itself
+        records = [json.loads(line) for line in written.splitlines()]
+        assert {record.get("saga_name") for record in records} >= {hostile.EVIL.name}
+        assert any("saga forged: completed" in record["message"] for record in records)
+        return
+    assert unsafe(written) == [], written
+    lines = written.splitlines()
+    assert all(RECORD.match(line) or line.startswith("  ") for line in lines), written
+    assert not any(line.startswith(FORGED.strip()) for line in lines), written
+    assert f"saga {stuck} (evil{SHOWN}): failed" in written
+    assert "boom " + SHOWN + "\\n2026-12-03 00:00:00,000 INFO" in written
+
+
 @pytest.fixture
 def coord_on(sagas: Hostile) -> Iterator[Coordinator]:
     """A coordinator on the sagas' database, to check what the command did."""

@@ -19,7 +19,7 @@ from sqlalchemy import update
 from saga import AsyncCoordinator, Coordinator
 from saga.ports import DEFAULT_LIST_LIMIT
 from saga.web.list_page import Filters
-from tests.cli.conftest import REPO, bare, expire, invoke, saga_command
+from tests.cli.conftest import REPO, bare, expire, invoke, run_saga, saga_command
 
 NAME = 'o\'brien "order" $(touch pwned); `x` *'
 """A saga name a shell would mangle or run, were it not quoted."""
@@ -139,3 +139,51 @@ def test_the_next_page_hint_keeps_the_key_and_leaves_the_default_limit_out(
     assert second.returncode == 0, second.stderr
     rows = second.stdout.splitlines()[1:]
     assert [row.split()[0] for row in rows] == [keyed[1], keyed[0]]  # no next page: no hint
+
+
+NEWLINE_KEY = "k 1\n2026-12-03 fake-row 'quoted' \"double\""
+"""A key a newline, spaces and quotes would cut into several words or lines."""
+ESCAPE_KEY = "k\n\x1b[2J\t\u202e"
+"""A key with characters no terminal may be sent raw (escape, tab, bidi override)."""
+
+
+def test_the_next_page_hint_pastes_a_key_with_a_newline_as_one_word(
+    db_url: str, tmp_path: Path
+) -> None:
+    with Coordinator(db_url, lease_ttl=5.0) as coord:
+        keyed = [_made(coord, f"n-{n}", 3000.0 + n, key=NEWLINE_KEY) for n in range(3)]
+    first = run_saga("--db", db_url, "list", "--key", NEWLINE_KEY, "--limit", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    hint = first.stdout[first.stdout.index("more: saga ") :].rstrip("\n")
+    words = shlex.split(hint.removeprefix("more: "))
+    query = ["--key", NEWLINE_KEY, "--limit", "1", "--before", keyed[2]]
+    assert words == ["saga", "--db", db_url, "list", *query]
+    second = _pasted(hint, tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[1].split()[0] == keyed[1]
+
+
+def test_the_next_page_hint_writes_other_controls_as_escapes_a_shell_reads_back(
+    db_url: str, tmp_path: Path
+) -> None:
+    with Coordinator(db_url, lease_ttl=5.0) as coord:
+        keyed = [_made(coord, f"e-{n}", 4000.0 + n, key=ESCAPE_KEY) for n in range(3)]
+    first = run_saga("--db", db_url, "list", "--key", ESCAPE_KEY, "--limit", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "\x1b" not in first.stdout
+    assert "\u202e" not in first.stdout
+    hint = _hint(first.stdout)
+    assert "--key $'k\\n\\x1b[2J\\t\\u202e'" in hint
+    command = shlex.join(saga_command()) + hint.removeprefix("more: saga")
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    second = subprocess.run(
+        ["bash", "-c", command],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[1].split()[0] == keyed[1]
