@@ -274,7 +274,8 @@ def worker_command(
         int | None,
         typer.Option(
             "--metrics-port",
-            help="Serve Prometheus /metrics and /healthz on this port (needs saga[metrics]).",
+            help="Serve Prometheus /metrics, /livez (/healthz) and /readyz on this port "
+            "(needs saga[metrics]).",
             metavar="PORT",
             envvar="SAGA_METRICS_PORT",
         ),
