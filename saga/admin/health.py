@@ -43,14 +43,13 @@ class DatabaseCheck:
         engine = self._engine_of()
         if engine is None:  # not a SQL store (the in-memory one): always there
             return True
-        try:
-            # On SQLite, SELECT 1 would not even open the file: read its catalogue.
-            sql = "SELECT count(*) FROM sqlite_master" if engine.name == "sqlite" else "SELECT 1"
-            with engine.connect() as connection:
-                connection.exec_driver_sql(sql)
-            return True
-        except Exception:  # any failure is "does not answer", never a crash of the probe
-            return False
+        answered = threading.Event()
+        # In a thread of its own, waited for ANSWER_WITHIN seconds: a server that takes
+        # the connection and then hangs fails the check too (no startup option such as
+        # statement_timeout, which PgBouncer refuses). A daemon: a hung check never
+        # holds the process up when it exits.
+        threading.Thread(target=_select, args=(engine, answered), daemon=True).start()
+        return answered.wait(ANSWER_WITHIN)
 
     def _engine_of(self) -> Any:
         if self._engine is None:
@@ -72,13 +71,22 @@ class DatabaseCheck:
             self._engine.dispose()
 
 
+def _select(engine: Any, answered: threading.Event) -> None:
+    """One cheap statement; ``answered`` is set if the database answered it."""
+    # On SQLite, SELECT 1 would not even open the file: read its catalogue.
+    sql = "SELECT count(*) FROM sqlite_master" if engine.name == "sqlite" else "SELECT 1"
+    try:
+        with engine.connect() as connection:
+            connection.exec_driver_sql(sql)
+    except Exception:  # any failure is "does not answer", never a crash of the probe
+        return
+    answered.set()
+
+
 def _timeouts(dialect: str) -> dict[str, Any]:
+    """Give up connecting about when the check stops waiting (its thread then ends)."""
     if dialect == "postgresql":  # libpq's connect timeout is in whole seconds
-        milliseconds = int(ANSWER_WITHIN * 1000)
-        return {
-            "connect_timeout": max(1, int(ANSWER_WITHIN)),
-            "options": f"-c statement_timeout={milliseconds}",
-        }
+        return {"connect_timeout": max(1, int(ANSWER_WITHIN))}
     if dialect == "sqlite":
         return {"timeout": ANSWER_WITHIN}
     return {}

@@ -16,7 +16,12 @@ from saga.admin.health import DatabaseCheck, loop_alive
 from saga.admin.recovery import LOST_REASON
 from saga.admin.unrunnable import Unrunnable
 from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError, SchemaVersionError, StorageError
+from saga.errors import (
+    ConfigurationError,
+    SchemaVersionError,
+    StorageError,
+    StorageUnavailableError,
+)
 from saga.recovery import RecoveryOutcome
 
 
@@ -121,9 +126,19 @@ class _Loop:
             future = pool.submit(self.coord._finish_claimed, saga_id)
             self.running.add(future)
             future.add_done_callback(self._done)
-        if len(claimed) < asked:  # caught up: what is still stuck, this worker cannot run
-            self.stats.unrunnable = self.left.look()
+        if len(claimed) < asked and not self.stop.is_set():
+            self._look_left()  # caught up: what is still stuck, this worker cannot run
         return len(claimed) == asked
+
+    def _look_left(self) -> None:
+        """Count and name what this worker leaves; a row it cannot even read (corrupt)
+        is said, not retried as if the database were down."""
+        try:
+            self.stats.unrunnable = self.left.look()
+        except (StorageUnavailableError, SchemaVersionError):
+            raise
+        except Exception as error:  # the pass itself went well: say it, go on
+            self.log(f"could not tell which stuck sagas are left here: {error}")
 
     def _rest(self, more: bool) -> None:
         """Until the next pass: the interval, or, when more may be waiting, until a slot
