@@ -37,6 +37,7 @@ from saga.ports import (
     EventRecord,
     ListQuery,
     Renewal,
+    Runnable,
     SagaRecord,
     StepRecord,
     StepWrite,
@@ -178,11 +179,18 @@ class InMemorySagaStore:
             self._append(saga_id, row.saga.epoch, dataclasses.replace(event, detail=detail), now)
             return self._loaded(saga_id)
 
-    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+    def claim_expired(
+        self, owner: str, lease_ttl: float, limit: int, runnable: Runnable | None = None
+    ) -> list[str]:
         with self._lock:
             now = self.now()
+            admits = runnable.admits if runnable is not None else lambda _saga: True
             stuck = sorted(
-                (row for row in self._rows.values() if _stuck(row.saga, now)),
+                (
+                    row
+                    for row in self._rows.values()
+                    if _stuck(row.saga, now) and admits(self._loaded(row.saga.id))
+                ),
                 key=lambda row: row.saga.lease_expires_at or 0.0,
             )[: max(0, limit)]
             for row in stuck:

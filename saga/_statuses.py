@@ -57,3 +57,15 @@ class StepKind(StrEnum):
 PIVOT_ACTED = frozenset({StepStatus.SUCCEEDED, StepStatus.RUNNING, StepStatus.IN_DOUBT})
 """A pivot step in one of these may have had its irreversible effect: nothing before it
 may be unwound. Stores check the same set inside the claim of an unwinding verb."""
+
+MAY_HAVE_ACTED = frozenset(
+    {
+        StepStatus.SUCCEEDED,
+        StepStatus.RUNNING,
+        StepStatus.FAILED,
+        StepStatus.IN_DOUBT,
+        StepStatus.COMPENSATING,
+    }
+)
+"""A compensatable step in one of these may have acted: an unwinding compensates it (a
+failed or running transactional step excepted: its transaction never committed)."""

@@ -31,11 +31,12 @@ from saga.ports import (
     Event,
     EventRecord,
     ListQuery,
+    Runnable,
     SagaRecord,
     SagaStore,
 )
 from saga.recovery import RecoveryOutcome, RecoveryReport
-from saga.refs import Resolver
+from saga.refs import Resolver, known_references
 from saga.resources import Resources
 from saga.scope import SagaScope
 from saga.settings import lease_ttl_setting
@@ -309,6 +310,15 @@ class Coordinator:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
         return self.driver.run(self.verbs.recover(compensate, limit))
 
+    def _claim_stuck(self, limit: int) -> builtins.list[str]:
+        """Claim up to ``limit`` stuck sagas this process can run (``saga worker``
+        claims in its loop and finishes each in a thread with ``_finish_claimed``)."""
+        return self.driver.run(self.verbs.claim_stuck(limit))
+
+    def _finish_claimed(self, saga_id: str) -> RecoveryOutcome:
+        """Finish a saga ``_claim_stuck`` claimed, as ``recover`` would."""
+        return self.driver.run(self.verbs.recover_one(saga_id, False, swept=True))
+
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
         as ``recover`` would; the claim is recorded naming the operator. Only a running
@@ -365,6 +375,16 @@ class Coordinator:
         under (``guard``, checked inside the claim). If the saga moved on since it was
         read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
         return self.driver.run(self.verbs.claim_guarded(saga_id, event, guard, refuse))
+
+    def runnable(self) -> Runnable:
+        """Which stuck sagas this process can finish (see ``saga.ports.Runnable``): every
+        definition registered or defined here, the trusted modules and known functions.
+        Recovery claims no other: a saga it cannot run stays untouched for one that can."""
+        return Runnable(
+            frozenset(versions.runnable(self._sagas)),
+            self.resolver.trusted_modules,
+            known_references(),
+        )
 
     def _saga_if_known(self, record: SagaRecord) -> Saga | None:
         try:

@@ -38,6 +38,11 @@ def defined_saga(name: str, version: int | None = None) -> Saga | None:
     return versions[-1] if versions else None
 
 
+def defined_sagas() -> list[Saga]:
+    """Every version of every ``Saga`` defined in this process."""
+    return list(_catalog.values())
+
+
 def defined_versions(name: str) -> list[Saga]:
     """Every version of the saga named ``name`` defined in this process, oldest first."""
     return sorted((s for (n, _), s in _catalog.items() if n == name), key=lambda s: s.version)

@@ -6,9 +6,10 @@ store, made at most every ``every`` seconds whatever the scrape rate. Labels
 are the saga's name, the step's name and an outcome: never an id or a key, so
 that the number of series stays bounded by the application's definitions.
 
-``serve(registry, port)`` serves ``/metrics`` and ``/healthz`` on a thread (what
-``saga worker --metrics-port`` uses); an application that has an HTTP server
-exposes the same registry there instead (``prometheus_client.generate_latest``).
+``serve(registry, port)`` serves ``/metrics``, ``/livez`` (alias ``/healthz``) and
+``/readyz`` on a thread (what ``saga worker --metrics-port`` uses); an application that
+has an HTTP server exposes the same registry there instead
+(``prometheus_client.generate_latest``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
@@ -86,6 +87,13 @@ class MetricsListener:
         )
         self.compensation_seconds = metric.histogram(
             "compensation_duration_seconds", "Compensation attempt duration.", "saga", "step"
+        )
+        self.unrunnable = Gauge(
+            "unrunnable",
+            "Stuck sagas a worker leaves unclaimed: it has not their definition (version, "
+            "fingerprint) or may not import their compensations (saga worker sets it).",
+            namespace=namespace,
+            registry=self.registry,
         )
         self.recovery_wait = metric.histogram(
             "recovery_wait_seconds",
@@ -222,16 +230,20 @@ def serve(
     port: int,
     host: str = "127.0.0.1",
     healthy: Callable[[], bool] = lambda: True,
+    ready: Callable[[], bool] | None = None,
 ) -> http.server.ThreadingHTTPServer:
-    """Serve ``/metrics`` (``registry``) and ``/healthz`` (200 while ``healthy()``, else
-    503) on ``host:port`` from a daemon thread; ``shutdown()`` the server to stop."""
+    """Serve ``/metrics`` (``registry``), ``/livez`` and its alias ``/healthz`` (200 while
+    ``healthy()``, else 503) and ``/readyz`` (200 while ``ready()``, by default
+    ``healthy()``) on ``host:port`` from a daemon thread; ``shutdown()`` the server to
+    stop."""
+    checks = {"/livez": healthy, "/healthz": healthy, "/readyz": ready or healthy}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the standard library's name
             if self.path == "/metrics":
                 self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif self.path == "/healthz":
-                ok = _asked(healthy)
+            elif self.path in checks:
+                ok = _asked(checks[self.path])
                 self._reply(200 if ok else 503, b"ok\n" if ok else b"unavailable\n")
             else:
                 self._reply(404, b"not found\n")

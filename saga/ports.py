@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from saga.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
+from saga.status import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
 T = TypeVar("T")
 SagaKind = Literal["declarative", "imperative"]
@@ -192,6 +192,49 @@ def guard_broken(record: SagaRecord, guard: ClaimGuard | None) -> str | None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Runnable:
+    """Which stuck sagas a process can finish, as ``SagaStore.claim_expired`` checks it
+    inside the claim: a saga outside it is left untouched (no write, no epoch, no event)
+    for a process that can run it.
+
+    A declarative saga needs its definition's (name, version, fingerprint) among
+    ``definitions`` (a row from before fingerprints: name and version). A
+    context-manager saga needs every compensation still to run (``undone``) to name a
+    function this process knows (``functions``) or one in a trusted module or its
+    submodules (``modules``), as :class:`saga.refs.Resolver` resolves them."""
+
+    definitions: frozenset[tuple[str, str, str]] = frozenset()
+    modules: tuple[str, ...] = ()
+    functions: frozenset[str] = frozenset()
+
+    def admits(self, record: SagaRecord) -> bool:
+        if record.kind == "declarative":
+            version = record.version or "1"
+            if record.fingerprint is None:
+                return any((n, v) == (record.name, version) for n, v, _ in self.definitions)
+            return (record.name, version, record.fingerprint) in self.definitions
+        return all(self.resolves(step.compensation_ref) for step in undone(record))
+
+    def resolves(self, ref: str | None) -> bool:
+        if ref is None or ref in self.functions:
+            return True
+        module = ref.partition(":")[0]
+        return any(module == m or module.startswith(m + ".") for m in self.modules)
+
+
+def undone(record: SagaRecord) -> list[StepRecord]:
+    """The steps an unwinding of ``record`` would compensate (``engine.undo_stack``'s
+    rule, in no particular order)."""
+    return [
+        step
+        for step in record.steps
+        if step.status in MAY_HAVE_ACTED
+        and step.kind is StepKind.COMPENSATABLE
+        and not (step.transactional and step.status in (StepStatus.FAILED, StepStatus.RUNNING))
+    ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Renewal:
     """What one renewal of many leases found: the sagas that must stop (cancel requested
     or deadline passed) and the sagas whose epoch was superseded (not renewed)."""
@@ -265,8 +308,11 @@ class SagaStore(Protocol):
         or ``guard`` no longer holds (``SagaChangedError``)."""
         ...
 
-    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
-        """Claim up to ``limit`` sagas whose lease expired; return their ids."""
+    def claim_expired(
+        self, owner: str, lease_ttl: float, limit: int, runnable: Runnable | None = None
+    ) -> list[str]:
+        """Claim up to ``limit`` sagas whose lease expired (with ``runnable``: only those
+        it admits, checked in the claim); return their ids."""
         ...
 
     def transact(

@@ -27,6 +27,11 @@ def known_function(ref: str | None) -> Callable[..., Any] | None:
     return None if ref is None else _known.get(ref)
 
 
+def known_references() -> frozenset[str]:
+    """The references of every function this process registered."""
+    return frozenset(_known)
+
+
 def reference_of(fn: object, role: str) -> str:
     """The import path of ``fn``, remembered as known; refuse what cannot be imported."""
     problem = _unimportable(fn)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from saga._statuses import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
+from saga._statuses import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 from saga.errors import ConfigurationError, IllegalTransitionError
 
 __all__ = [
+    "MAY_HAVE_ACTED",
     "PIVOT_ACTED",
     "SagaStatus",
     "StepKind",

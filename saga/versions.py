@@ -8,7 +8,7 @@ version is gone, or was edited in place, is refused with what to do.
 
 from __future__ import annotations
 
-from saga.definition import Saga, defined_versions
+from saga.definition import Saga, defined_sagas, defined_versions
 from saga.errors import DefinitionError
 from saga.ports import SagaRecord
 
@@ -37,6 +37,9 @@ class Registry:
 
     def names(self) -> list[str]:
         return sorted(self._by_name)
+
+    def all(self) -> list[Saga]:
+        return [saga for versions in self._by_name.values() for saga in versions.values()]
 
 
 def record_version(record: SagaRecord) -> int:
@@ -90,3 +93,16 @@ def lookup(registry: Registry, record: SagaRecord) -> tuple[Saga | None, list[in
 
 def _defined(name: str) -> set[int]:
     return {saga.version for saga in defined_versions(name)}
+
+
+def runnable(registry: Registry) -> set[tuple[str, str, str]]:
+    """(name, version, fingerprint) of every definition ``lookup`` can find: registered
+    in ``registry`` or defined in this process. One whose steps do not make a valid
+    plan is left out (a saga started with it would be refused anyway)."""
+    found = set()
+    for saga in [*registry.all(), *defined_sagas()]:
+        try:
+            found.add((saga.name, str(saga.version), saga.fingerprint))
+        except DefinitionError:
+            continue
+    return found

@@ -45,6 +45,7 @@ from saga.ports import (
     Event,
     ListQuery,
     Renewal,
+    Runnable,
     SagaRecord,
     SagaStore,
     StepRecord,
@@ -400,6 +401,44 @@ class StoreContract:
         assert (claimed.owner, claimed.epoch) == ("r", 2)
         [event] = [e for e in store.events(newer.id) if e.kind == "lease_claimed"]
         assert (event.epoch, event.detail) == (2, {"owner": "r"})
+
+    def test_claim_expired_takes_only_what_the_runnable_admits(self, store: SagaStore) -> None:
+        runnable = Runnable(frozenset({("order", "1", "f1")}), ("app",), frozenset({"k.m:fn"}))
+        declared = [("1", "f1"), ("1", "f0"), ("2", "f2"), (None, None), ("2", None)]
+        records = [
+            dataclasses.replace(saga_record(), version=version, fingerprint=fingerprint)
+            for version, fingerprint in declared
+        ]
+        records.append(dataclasses.replace(saga_record("other"), version="1", fingerprint="f1"))
+        undo = [  # a context-manager saga's one step: (compensation, status, kind, transactional)
+            ("app.undo:refund", StepStatus.SUCCEEDED, StepKind.COMPENSATABLE, False),
+            ("app.sub:refund", StepStatus.RUNNING, StepKind.COMPENSATABLE, False),
+            ("app_x:refund", StepStatus.SUCCEEDED, StepKind.COMPENSATABLE, False),
+            ("evil:f", StepStatus.COMPENSATED, StepKind.COMPENSATABLE, False),
+            ("evil:f", StepStatus.IN_DOUBT, StepKind.COMPENSATABLE, False),
+            ("evil:f", StepStatus.FAILED, StepKind.COMPENSATABLE, True),
+            ("evil:f", StepStatus.SUCCEEDED, StepKind.PIVOT, False),
+            ("k.m:fn", StepStatus.SUCCEEDED, StepKind.COMPENSATABLE, False),
+            ("k.m:fn2", StepStatus.SUCCEEDED, StepKind.COMPENSATABLE, False),
+        ]
+        steps = {}
+        for ref, status, kind, transactional in undo:
+            record = dataclasses.replace(saga_record(), kind="imperative", version=None)
+            records.append(record)
+            steps[record.id] = StepRecord(
+                "s", 1, status, 1, kind, transactional, compensation_ref=ref
+            )
+        for record in records:
+            step = steps.get(record.id, running("reserve", 1))
+            store.create(record, Commit(record.id, 1, steps=(StepWrite(step, new=True),)), EXPIRED)
+        admitted = {r.id for r in records if runnable.admits(loaded(store, r.id))}
+        expected = [1, 0, 0, 1, 0, 0, 1, 1, 0, 1, 0, 1, 1, 1, 0]
+        assert [int(r.id in admitted) for r in records] == expected  # the rule, spelled out
+        assert sorted(store.claim_expired("r", TTL, 100, runnable)) == sorted(admitted)
+        assert all(loaded(store, r.id).epoch == 1 for r in records if r.id not in admitted)
+        assert sorted(store.claim_expired("r", TTL, 100)) == sorted(
+            r.id for r in records if r.id not in admitted
+        )
 
     def test_concurrent_recoverers_never_claim_a_saga_twice(self, store: SagaStore) -> None:
         ids = {create(store, ttl=EXPIRED).id for _ in range(50)}

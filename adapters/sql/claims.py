@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import ColumnElement, Connection, case, delete, or_, select, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 
 from saga.errors import (
     OperationRefusedError,
@@ -19,8 +30,8 @@ from saga.errors import (
     SagaChangedError,
     UnknownSagaError,
 )
-from saga.ports import ClaimGuard, Event, Renewal, SagaRecord, guard_broken
-from saga.status import PIVOT_ACTED, SagaStatus, StepKind
+from saga.ports import ClaimGuard, Event, Renewal, Runnable, SagaRecord, guard_broken
+from saga.status import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
 from . import reads
 from . import tables as t
@@ -164,14 +175,22 @@ def _lease_remaining(connection: Connection, dialect: Dialect, saga_id: str) -> 
 
 
 def claim_expired(
-    connection: Connection, dialect: Dialect, owner: str, lease_ttl: float, limit: int, token: str
+    connection: Connection,
+    dialect: Dialect,
+    owner: str,
+    lease_ttl: float,
+    limit: int,
+    token: str,
+    runnable: Runnable | None = None,
 ) -> list[str]:
-    """Claim up to ``limit`` active sagas whose lease ran out, oldest lease first."""
+    """Claim up to ``limit`` active sagas whose lease ran out, oldest lease first (with
+    ``runnable``: only those it admits; the others are not even locked)."""
     now = dialect.now()
     i = t.instances.c
     stuck = dialect.lock_for_claim(
         select(i.id)
         .where(i.status.in_(reads.ACTIVE), i.lease_expires_at < now)
+        .where(*runnable_only(runnable))
         .order_by(i.lease_expires_at)
         .limit(limit)
     )
@@ -188,6 +207,40 @@ def claim_expired(
             connection, dialect, row.id, row.epoch, Event("lease_claimed", detail={"owner": owner})
         )
     return [row.id for row in rows]
+
+
+def runnable_only(runnable: Runnable | None) -> list[ColumnElement[bool]]:
+    """``runnable`` (``Runnable.admits``) as a condition on the saga row and its steps."""
+    if runnable is None:
+        return []
+    i, s = t.instances.c, t.steps.c
+    version = func.coalesce(i.version, "1")
+    pairs = {(name, v) for name, v, _ in runnable.definitions}
+    declarative = and_(
+        i.kind == "declarative",
+        or_(
+            tuple_(i.name, version, i.fingerprint).in_(sorted(runnable.definitions)),
+            and_(i.fingerprint.is_(None), tuple_(i.name, version).in_(sorted(pairs))),
+        ),
+    )
+    trusted: list[ColumnElement[bool]] = [s.compensation_ref.in_(sorted(runnable.functions))]
+    for module in runnable.modules:  # the module itself or a submodule: "m:f", "m.sub:f"
+        for mark in (":", "."):
+            prefix = module + mark
+            trusted.append(func.substr(s.compensation_ref, 1, len(prefix)) == prefix)
+    # A compensation still to run (``ports.undone``) that this process cannot resolve.
+    unresolvable = select(s.seq).where(
+        s.saga_id == i.id,
+        s.compensation_ref.is_not(None),
+        s.kind == StepKind.COMPENSATABLE.value,
+        s.status.in_([status.value for status in MAY_HAVE_ACTED]),
+        ~and_(
+            s.transactional.is_(True),
+            s.status.in_([StepStatus.FAILED.value, StepStatus.RUNNING.value]),
+        ),
+        ~or_(*trusted),
+    )
+    return [or_(declarative, and_(i.kind == "imperative", ~unresolvable.exists()))]
 
 
 def claimed_ids(connection: Connection, token: str, saga_id: str | None = None) -> list[str]:

@@ -28,6 +28,7 @@ from saga.ports import (
     EventRecord,
     ListQuery,
     Renewal,
+    Runnable,
     SagaRecord,
 )
 from saga.status import SagaStatus
@@ -151,7 +152,9 @@ class SqlSagaStore(SqlTransactions):
 
         return self.transaction(work)
 
-    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+    def claim_expired(
+        self, owner: str, lease_ttl: float, limit: int, runnable: Runnable | None = None
+    ) -> list[str]:
         token = uuid.uuid4().hex  # lets a retry recognise a claim whose acknowledgement was lost
         tries = 0
 
@@ -161,7 +164,9 @@ class SqlSagaStore(SqlTransactions):
             mine = claims.claimed_ids(connection, token) if tries > 1 else []
             if mine:
                 return mine
-            return claims.claim_expired(connection, self.dialect, owner, lease_ttl, limit, token)
+            return claims.claim_expired(
+                connection, self.dialect, owner, lease_ttl, limit, token, runnable
+            )
 
         return self.transaction(work)
 

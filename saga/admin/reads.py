@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from saga.admin.inputs import SagaRef, definition_of, get_saga
 from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
+from saga.admin.unrunnable import unrunnable_here
 from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_versions
 from saga.errors import ConfigurationError
@@ -45,7 +46,8 @@ def list_sagas(
         older_than=older_than,
         key=key,
     )
-    return SagaPage(tuple(views), coord.store.now(), limit)
+    notes = unrunnable_here(coord, views) if stuck else {}
+    return SagaPage(tuple(views), coord.store.now(), limit, notes)
 
 
 def status_counts(coord: Coordinator) -> dict[SagaStatus, int]:

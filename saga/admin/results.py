@@ -60,6 +60,9 @@ class SagaPage:
     sagas: tuple[SagaView, ...]
     now: float
     limit: int
+    unrunnable: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Stuck sagas listed that this process cannot run (id -> why): a worker started
+    like it (the same ``--app``) leaves them unclaimed. Filled for ``--stuck`` only."""
 
     @property
     def next_before(self) -> str | None:
@@ -67,10 +70,13 @@ class SagaPage:
         return self.sagas[-1].id if len(self.sagas) == self.limit else None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "sagas": [saga_summary(view, self.now) for view in self.sagas],
-            "next_before": self.next_before,
-        }
+        sagas = []
+        for view in self.sagas:
+            summary = saga_summary(view, self.now)
+            if view.id in self.unrunnable:
+                summary["cannot_run_here"] = self.unrunnable[view.id]
+            sagas.append(summary)
+        return {"sagas": sagas, "next_before": self.next_before}
 
 
 def _step_json(step: StepView) -> dict[str, Any]:

@@ -5,16 +5,24 @@ from __future__ import annotations
 import dataclasses
 import http.server
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import tenacity
 
 from saga.admin.facts import human_duration, json_value
+from saga.admin.health import DatabaseCheck, loop_alive
 from saga.admin.recovery import LOST_REASON
+from saga.admin.unrunnable import Unrunnable
 from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError, StorageError
-from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.errors import (
+    ConfigurationError,
+    SchemaVersionError,
+    StorageError,
+    StorageUnavailableError,
+)
+from saga.recovery import RecoveryOutcome
 
 
 @dataclasses.dataclass
@@ -26,6 +34,10 @@ class WorkerStats:
     """Sagas another process claimed while this worker was finishing them."""
     handed_back: int = 0
     """Sagas this worker gave back at a step boundary when told to stop (drain)."""
+    unrunnable: int = 0
+    """Stuck sagas this worker left at its last pass: it cannot run them."""
+    beat: float = dataclasses.field(default_factory=time.monotonic)
+    """When the loop last turned (``time.monotonic``): what ``/livez`` watches."""
 
 
 def run_worker(
@@ -40,13 +52,16 @@ def run_worker(
 ) -> WorkerStats:
     """Recover stuck sagas every ``interval`` seconds until ``stop`` is set.
 
-    Several workers may share a database: claims skip what another holds. Up to
-    ``concurrency`` sagas are finished at once, each in a thread of its own. The
-    stop flag is checked between sagas: a worker told to stop claims nothing more,
-    and returns once the sagas in hand are done, finished or, with
-    ``coord.drain()`` called too (as ``saga worker`` does on SIGTERM), handed back
-    at their next step boundary; either way it leaves nothing claimed. While the
-    database is unreachable it backs off (tenacity) and logs one line a try.
+    Several workers may share a database: claims skip what another holds, and what
+    this process cannot run (``Coordinator.runnable``). Up to ``concurrency`` sagas
+    are finished at once, each in a thread of its own; the loop itself only claims,
+    so a slot that is free looks for work at the next interval whatever the others
+    are doing. The stop flag is checked before every claim: a worker told to stop
+    claims nothing more, and returns once the sagas in hand are done, finished or,
+    with ``coord.drain()`` called too (as ``saga worker`` does on SIGTERM), handed
+    back at their next step boundary; either way it leaves nothing claimed. While the
+    database is unreachable it backs off (tenacity) and logs one line a try; a schema
+    of another release is refused at once (``SchemaVersionError``).
     """
     if interval <= 0 or batch < 1 or concurrency < 1:
         raise ConfigurationError(
@@ -57,108 +72,148 @@ def run_worker(
         f"worker {coord.owner} recovering on {coord.store.url} every {human_duration(interval)}"
         f", {concurrency} saga(s) at a time"
     )
-    pass_ = _Pass(coord, stop, batch, concurrency, log, stats)
-    while not stop.is_set():
-        handled = _pass_with_backoff(pass_, interval)
-        stats.passes += 1
-        if stats.passes == 1:
-            log(f"worker {coord.owner} ready: the database answers and the schema is current")
-        if handled < batch:  # caught up: rest; a full batch means more may be waiting
-            stop.wait(interval)
+    _Loop(coord, stop, interval, batch, concurrency, log, stats).run()
     handed = f", handing {stats.handed_back} back" if stats.handed_back else ""
     log(f"worker {coord.owner} stopped after recovering {stats.recovered} saga(s){handed}")
     return stats
 
 
-def _pass_with_backoff(pass_: _Pass, interval: float) -> int:
-    stop, log = pass_.stop, pass_.log
-
-    def tell(state: tenacity.RetryCallState) -> None:
-        error = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log(f"database unavailable ({error}); retrying in {wait:.1f}s")
-
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception_type(StorageError),
-        wait=tenacity.wait_exponential_jitter(initial=interval, max=max(60.0, interval)),
-        stop=lambda _state: stop.is_set(),
-        sleep=lambda seconds: _pause(stop, seconds),
-        before_sleep=tell,
-        reraise=True,
-    )
-    try:
-        return retrying(pass_.run)
-    except StorageError:
-        if stop.is_set():
-            return 0
-        raise
-
-
-def _pause(stop: threading.Event, seconds: float) -> None:
-    """Sleep, but wake at once when a stop is requested."""
-    stop.wait(seconds)
-
-
 @dataclasses.dataclass
-class _Pass:
-    """One pass: claim and finish up to ``batch`` stuck sagas, ``concurrency`` at once."""
+class _Loop:
+    """Claims stuck sagas into free slots; each is finished in a thread of the pool."""
 
     coord: Coordinator
     stop: threading.Event
+    interval: float
     batch: int
     concurrency: int
     log: Callable[[str], None]
     stats: WorkerStats
+    running: set[Future[RecoveryOutcome]] = dataclasses.field(default_factory=set)
+    refused: bool = False  # a saga was refused since the last claim: do not hurry back
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
-    def run(self) -> int:
-        """How many sagas this pass handled (fewer than ``batch``: it caught up)."""
-        if self.concurrency == 1:
-            return self._one_at_a_time()
-        handled, more = 0, True
+    def __post_init__(self) -> None:
+        self.left = Unrunnable(self.coord, self.log)
+
+    def run(self) -> None:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="saga-worker") as pool:
-            running: set[Future[RecoveryReport]] = set()
-            while running or (more and handled < self.batch and not self.stop.is_set()):
-                while more and len(running) < self.concurrency and not self.stop.is_set():
-                    if handled + len(running) >= self.batch:
-                        break
-                    running.add(pool.submit(self.coord.recover, limit=1))
-                done, running = wait(running, return_when=FIRST_COMPLETED)
-                for future in done:
-                    outcomes = future.result().outcomes  # a dead database ends the pass
-                    if not outcomes or not self._told(outcomes[0]):
-                        more = False  # caught up, or a refused saga: wait for the next pass
-                    handled += len(outcomes)
-        return handled
+            while not self.stop.is_set():
+                self.stats.beat = time.monotonic()
+                more = self._with_backoff(lambda: self._pass(pool))
+                if self.stop.is_set():
+                    break
+                self.stats.passes += 1
+                if self.stats.passes == 1:
+                    self.log(
+                        f"worker {self.coord.owner} ready: the database answers and the "
+                        "schema is current"
+                    )
+                self._rest(more)
+        # leaving the pool waits for the sagas in hand: finished, or handed back
 
-    def _one_at_a_time(self) -> int:
-        """In the calling thread, one saga after another (``--concurrency 1``)."""
-        handled = 0
-        while handled < self.batch and not self.stop.is_set():
-            outcomes = self.coord.recover(limit=1).outcomes
-            if not outcomes:
-                break
-            handled += 1
-            if not self._told(outcomes[0]):
-                break
-        return handled
+    def _pass(self, pool: ThreadPoolExecutor) -> bool:
+        """Claim as many stuck sagas as there are free slots (at most ``batch``) and start
+        them; whether more may be waiting (it got all it asked for)."""
+        self.running = {future for future in self.running if not future.done()}
+        free = self.concurrency - len(self.running)
+        if free == 0:
+            return True
+        self.refused = False
+        asked = min(free, self.batch)
+        claimed = self.coord._claim_stuck(asked)
+        for saga_id in claimed:
+            future = pool.submit(self.coord._finish_claimed, saga_id)
+            self.running.add(future)
+            future.add_done_callback(self._done)
+        if len(claimed) < asked and not self.stop.is_set():
+            self._look_left()  # caught up: what is still stuck, this worker cannot run
+        return len(claimed) == asked
+
+    def _look_left(self) -> None:
+        """Count and name what this worker leaves; a row it cannot even read (corrupt)
+        is said, not retried as if the database were down."""
+        try:
+            self.stats.unrunnable = self.left.look()
+        except (StorageUnavailableError, SchemaVersionError):
+            raise
+        except Exception as error:  # the pass itself went well: say it, go on
+            self.log(f"could not tell which stuck sagas are left here: {error}")
+
+    def _rest(self, more: bool) -> None:
+        """Until the next pass: the interval, or, when more may be waiting, until a slot
+        frees (at once if one is free)."""
+        if not more or self.refused:  # caught up, or a refused saga: not worth spinning on
+            self.stop.wait(self.interval)
+        elif len(self.running) >= self.concurrency:
+            wait(self.running, timeout=self.interval, return_when=FIRST_COMPLETED)
+
+    def _with_backoff(self, call: Callable[[], bool]) -> bool:
+        """``call()``, retried with backoff while the database is unreachable."""
+
+        def tell(state: tenacity.RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            pause = state.next_action.sleep if state.next_action else 0.0
+            self.log(f"database unavailable ({error}); retrying in {pause:.1f}s")
+
+        retrying = tenacity.Retrying(
+            # A schema of another release is no outage: no retry brings it back.
+            retry=tenacity.retry_if_exception_type(StorageError)
+            & tenacity.retry_if_not_exception_type(SchemaVersionError),
+            wait=tenacity.wait_exponential_jitter(
+                initial=self.interval, max=max(60.0, self.interval)
+            ),
+            stop=lambda _state: self.stop.is_set(),
+            sleep=self._pause,
+            before_sleep=tell,
+            reraise=True,
+        )
+        try:
+            return retrying(call)
+        except StorageError as error:
+            if self.stop.is_set() and not isinstance(error, SchemaVersionError):
+                return False
+            raise
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once when a stop is requested (alive all the while)."""
+        self.stats.beat = time.monotonic()
+        self.stop.wait(seconds)
+
+    def _done(self, future: Future[RecoveryOutcome]) -> None:
+        """Count and log how a saga in hand ended (in the thread that finished it)."""
+        try:
+            outcome = future.result()
+        except Exception as error:  # a dead database mid-saga: the next pass backs off
+            with self.lock:
+                self.stats.errors += 1
+                self.refused = True
+            self.log(f"a saga was not recovered: {error}")
+            return
+        if not self._told(outcome):
+            self.refused = True
 
     def _told(self, outcome: RecoveryOutcome) -> bool:
         """Count and log ``outcome``; False for a refused saga (released for a better-
         equipped process, claimable again at once: not worth spinning on)."""
         if outcome.lost:  # not claimable again: its new owner's lease is live
-            self.stats.lost += 1
+            with self.lock:
+                self.stats.lost += 1
             self.log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
             return True
         if outcome.handed_back:  # stopping: nothing more is claimed after it
-            self.stats.handed_back += 1
+            with self.lock:
+                self.stats.handed_back += 1
             status = json_value(outcome.status)
             self.log(f"saga {outcome.saga_id} ({outcome.name}): handed back while {status}")
             return False
         if outcome.error is None:
-            self.stats.recovered += 1
+            with self.lock:
+                self.stats.recovered += 1
             self.log(f"saga {outcome.saga_id} ({outcome.name}): {json_value(outcome.status)}")
             return True
-        self.stats.errors += 1
+        with self.lock:
+            self.stats.errors += 1
         self.log(f"saga {outcome.saga_id} ({outcome.name}) not recovered: {outcome.error}")
         return False
 
@@ -169,10 +224,13 @@ def serve_worker_metrics(
     port: int,
     host: str = "127.0.0.1",
     stats: WorkerStats | None = None,
+    interval: float = 5.0,
 ) -> http.server.ThreadingHTTPServer:
-    """Count what ``coord`` does (``saga.metrics``) and serve it on ``host:port``;
-    ``/healthz`` answers 200 once the worker made its first pass (``stats``), while it
-    has not stopped and the store answers."""
+    """Count what ``coord`` does (``saga.metrics``) and serve it on ``host:port``, with
+    the worker's health (``stats``; ``interval``: the worker's): ``/livez`` (and its
+    alias ``/healthz``) is 200 while the worker's loop turns and the database answers,
+    whatever a pass is doing; ``/readyz`` is 200 once the first pass is over, until
+    the worker is told to stop."""
     try:
         from saga import metrics
     except ImportError:
@@ -181,14 +239,18 @@ def serve_worker_metrics(
         ) from None
     watcher = metrics.MetricsListener()
     watcher.watch(coord)
+    database = DatabaseCheck(coord)
+    if stats is not None:
+        watcher.unrunnable.set_function(lambda: stats.unrunnable)
 
-    def healthy() -> bool:
-        if stats is not None and stats.passes == 0:
-            return False  # not ready yet
-        coord.store.now()  # raises while the database does not answer
-        return not stop.is_set()
+    def alive() -> bool:
+        return (stats is None or loop_alive(stats.beat, interval)) and database()
+
+    def ready() -> bool:
+        passed = stats is None or stats.passes > 0
+        return passed and not stop.is_set() and alive()
 
     try:
-        return metrics.serve(watcher.registry, port, host, healthy)
+        return metrics.serve(watcher.registry, port, host, alive, ready)
     except OSError as error:
         raise ConfigurationError(f"--metrics-port {port}: {error.strerror}") from None

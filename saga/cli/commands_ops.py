@@ -31,7 +31,7 @@ from saga.cli.session import (
     session_of,
 )
 from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
+from saga.errors import ConfigurationError, SchemaVersionError
 from saga.lease import check_lease_ttl
 from saga.views import SagaView
 
@@ -274,7 +274,8 @@ def worker_command(
         int | None,
         typer.Option(
             "--metrics-port",
-            help="Serve Prometheus /metrics and /healthz on this port (needs saga[metrics]).",
+            help="Serve Prometheus /metrics, /livez (/healthz) and /readyz on this port "
+            "(needs saga[metrics]).",
             metavar="PORT",
             envvar="SAGA_METRICS_PORT",
         ),
@@ -302,7 +303,8 @@ def worker_command(
         stop = threading.Event()
         stats = admin.WorkerStats()
         with (
-            _serving_metrics(coord, stop, metrics_port, metrics_host, log, stats),
+            _refusing_schema(),
+            _serving_metrics(coord, stop, metrics_port, metrics_host, log, stats, seconds),
             _stopping_on_signals(stop, log, coord.drain),
         ):
             admin.run_worker(
@@ -317,6 +319,16 @@ def worker_command(
 
 
 @contextlib.contextmanager
+def _refusing_schema() -> Iterator[None]:
+    """A schema of another release is a deployment to fix, not an outage to wait out:
+    the worker exits 2 (bad input), the versions named, as a misconfiguration does."""
+    try:
+        yield
+    except SchemaVersionError as wrong:
+        raise ConfigurationError(str(wrong)) from None
+
+
+@contextlib.contextmanager
 def _serving_metrics(
     coord: Coordinator,
     stop: threading.Event,
@@ -324,13 +336,15 @@ def _serving_metrics(
     host: str,
     log: Callable[[str], None],
     stats: admin.WorkerStats,
+    interval: float,
 ) -> Iterator[None]:
-    """With ``--metrics-port``, serve the worker's metrics while it runs; /healthz is
-    ready while the worker loop runs and the store answers."""
+    """With ``--metrics-port``, serve the worker's metrics while it runs, and its health:
+    /livez (/healthz) while its loop turns and the store answers, /readyz after its
+    first pass."""
     if port is None:
         yield
         return
-    server = admin.serve_worker_metrics(coord, stop, port, host, stats)
+    server = admin.serve_worker_metrics(coord, stop, port, host, stats, interval)
     log(f"metrics on http://{host}:{server.server_port}/metrics")
     try:
         yield

@@ -91,6 +91,8 @@ def render_page(session: Session, page: admin.SagaPage, args: ListArgs) -> None:
         return
     headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE"]
     id_table(session, headers, [_page_row(view, page.now) for view in page.sagas], args.wide)
+    for saga_id, why in page.unrunnable.items():  # --stuck: what no worker like us takes
+        session.say(f"{saga_id}: no worker started like this one can run it: {why}")
     if page.next_before:
         hint = Text(f"more: {next_page_command(session, args, page.next_before)}", style="dim")
         session.out.print(hint, soft_wrap=True, highlight=False)  # safe by construction

@@ -14,16 +14,8 @@ from typing import Literal, Protocol
 
 from saga.definition import Saga
 from saga.failure import failing_step
-from saga.ports import SagaRecord, StepRecord
+from saga.ports import SagaRecord, StepRecord, undone
 from saga.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
-
-_MAY_HAVE_ACTED = (
-    StepStatus.SUCCEEDED,
-    StepStatus.RUNNING,
-    StepStatus.FAILED,
-    StepStatus.IN_DOUBT,
-    StepStatus.COMPENSATING,
-)
 
 
 @dataclasses.dataclass
@@ -190,14 +182,8 @@ def undo_stack(record: SagaRecord) -> list[StepRecord]:
     go by start order. Either way a step is undone before the steps it
     depended on, since it started after they had finished.
     """
-    stack = []
-    for step in record.steps:
-        if step.status not in _MAY_HAVE_ACTED or step.kind is not StepKind.COMPENSATABLE:
-            continue
-        if step.transactional and step.status in (StepStatus.FAILED, StepStatus.RUNNING):
-            continue  # its transaction never committed: nothing happened
-        stack.append(step)
-    return sorted(stack, key=_completion, reverse=True)
+    # A failed or running transactional step is left out: its transaction never committed.
+    return sorted(undone(record), key=_completion, reverse=True)
 
 
 def _completion(step: StepRecord) -> tuple[float, int]:

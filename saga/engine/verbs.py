@@ -27,7 +27,7 @@ from saga.errors import (
     SagaHandedBack,
     UnknownSagaError,
 )
-from saga.ports import ClaimGuard, Event, SagaRecord
+from saga.ports import ClaimGuard, Event, Runnable, SagaRecord
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
 
@@ -42,6 +42,8 @@ class Definitions(Protocol):
     def _saga_for(self, record: SagaRecord) -> Saga | None: ...
 
     def _saga_if_known(self, record: SagaRecord) -> Saga | None: ...
+
+    def runnable(self) -> Runnable: ...
 
 
 class Verbs:
@@ -127,6 +129,8 @@ class Verbs:
         while limit is None or len(report.outcomes) < limit:
             if (yield DRAINING):  # stopping: claim nothing more
                 break
+            # Every stuck saga, runnable here or not: one this process cannot run is
+            # refused in the report and its history (a worker's loop uses claim_stuck).
             claimed = yield StoreCall(lambda store: store.claim_expired(owner, ttl, 1))
             if not claimed:
                 break
@@ -137,6 +141,19 @@ class Verbs:
             seen.add(saga_id)
             report.outcomes.append((yield from self.recover_one(saga_id, compensate, swept=True)))
         return report
+
+    def claim_stuck(self, limit: int) -> Flow[list[str]]:
+        """Claim up to ``limit`` stuck sagas this process can run (none while draining);
+        a saga it cannot run is left untouched for a process that can: what a loop that
+        looks again every few seconds must do, or it would claim and refuse the same
+        saga on every pass."""
+        if (yield DRAINING):  # stopping: claim nothing more
+            return []
+        owner, ttl, runnable = self.owner, self.lease_ttl, self.definitions.runnable()
+        claimed: list[str] = yield StoreCall(
+            lambda store: store.claim_expired(owner, ttl, limit, runnable)
+        )
+        return claimed
 
     def recover_saga(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
         """Claim this one saga (only a running or compensating one) and finish it."""

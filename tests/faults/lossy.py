@@ -20,7 +20,7 @@ from saga.adapters.sql.store import SqlSagaStore
 from sqlalchemy import Connection
 
 from saga import RetryPolicy, StorageUnavailableError
-from saga.ports import ClaimGuard, Commit, Event, SagaRecord
+from saga.ports import ClaimGuard, Commit, Event, Runnable, SagaRecord
 from tests.faults import figures
 
 T = TypeVar("T")
@@ -87,9 +87,13 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         return self._write("claim", lambda: parent.claim(saga_id, owner, lease_ttl, event, guard))
 
-    def claim_expired(self, owner: str, lease_ttl: float, limit: int) -> list[str]:
+    def claim_expired(
+        self, owner: str, lease_ttl: float, limit: int, runnable: Runnable | None = None
+    ) -> list[str]:
         parent = super()
-        return self._write("claim_expired", lambda: parent.claim_expired(owner, lease_ttl, limit))
+        return self._write(
+            "claim_expired", lambda: parent.claim_expired(owner, lease_ttl, limit, runnable)
+        )
 
     def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         parent = super()

@@ -21,7 +21,7 @@ import pytest
 from saga.adapters.memory import InMemorySagaStore
 
 from saga import AsyncCoordinator, Coordinator, RetryPolicy, Saga, StepContext, admin
-from saga.ports import EventRecord
+from saga.ports import EventRecord, Runnable
 from saga.recovery import LOST
 
 TTL = 5.0
@@ -142,8 +142,10 @@ def test_a_saga_claimed_by_another_before_it_was_read_is_lost_untouched(
     recoverer = Coordinator(store=store, lease_ttl=TTL)
     claim_expired = store.claim_expired
 
-    def claim_then_stall(owner: str, lease_ttl: float, limit: int) -> list[str]:
-        claimed = claim_expired(owner, lease_ttl, limit)
+    def claim_then_stall(
+        owner: str, lease_ttl: float, limit: int, runnable: Runnable | None = None
+    ) -> list[str]:
+        claimed = claim_expired(owner, lease_ttl, limit, runnable)
         if claimed and owner == recoverer.owner:  # stalls before reading what it claimed
             _stall(store)
             claim_expired(rival.owner, TTL, 1)
