@@ -192,18 +192,6 @@ class InputMismatchError(OperationRefusedError):
     Use a new key for new input."""
 
 
-class CompletedInputMismatch(InputMismatchError, SagaFailed):
-    """A completed context-manager saga's block re-entered with other calls or arguments.
-
-    An ``InputMismatchError``, as a declarative rerun with other input gets. It is
-    also the ``SagaFailed`` (status ``completed``) that this case raised before, so
-    that code written against that keeps catching it; catch ``InputMismatchError``.
-    """
-
-    def __init__(self, saga_id: str, message: str) -> None:
-        SagaFailed.__init__(self, saga_id, SagaStatus.COMPLETED, None, message)
-
-
 class LeaseLostError(SagaError):
     """This process no longer owns the saga (another claimed it); it stops at once."""
 

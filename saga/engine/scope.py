@@ -21,8 +21,8 @@ from saga.engine.effects import Action
 from saga.engine.forward import is_async
 from saga.errors import (
     INFRASTRUCTURE_ERRORS,
-    CompletedInputMismatch,
     DefinitionError,
+    InputMismatchError,
     OperationRefusedError,
     SagaFailed,
 )
@@ -32,6 +32,18 @@ from saga.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga.refs import reference_of
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.typed import result_type_of, revive
+
+
+class _CompletedInputMismatch(InputMismatchError, SagaFailed):
+    """A completed context-manager saga's block re-entered with other calls or arguments.
+
+    An ``InputMismatchError``, as a declarative rerun with other input gets. It is
+    also the ``SagaFailed`` (status ``completed``) that this case raised before, so
+    that code written against that keeps catching it; catch ``InputMismatchError``.
+    """
+
+    def __init__(self, saga_id: str, message: str) -> None:
+        SagaFailed.__init__(self, saga_id, SagaStatus.COMPLETED, None, message)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -274,7 +286,7 @@ class ScopeCore:
         if self._record.status is SagaStatus.COMPLETED and not same:
             # The key stands for the calls it completed with: refused as a declarative
             # rerun with other input is (nothing ran, nothing is left to unwind).
-            raise CompletedInputMismatch(
+            raise _CompletedInputMismatch(
                 self.id,
                 f"saga {self.name!r} key {self.key!r} completed with other calls or arguments "
                 f"(call {seq}, {name!r}, differs); use a new key for new input",
