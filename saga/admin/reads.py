@@ -14,9 +14,9 @@ from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_versions
 from saga.errors import ConfigurationError
 from saga.policy import describe_retry_on
-from saga.ports import DEFAULT_LIST_LIMIT, EventRecord
-from saga.status import SagaStatus, StepKind
-from saga.views import SagaView, StepView
+from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, ListQuery
+from saga.status import SagaStatus, StepKind, statuses_of
+from saga.views import SagaView, StepView, view_of
 from saga.wording import describe_event as describe_event
 
 
@@ -31,20 +31,26 @@ def list_sagas(
     before: str | None = None,
     key: str | None = None,
 ) -> SagaPage:
-    """Sagas matching every filter given, newest first, at most ``limit``."""
+    """Sagas matching every filter given, newest first, at most ``limit``.
+
+    The views carry no payloads: a page shows none of them, and a saga's results may
+    weigh megabytes, so their ``input``, step ``result``, ``args`` and ``error`` are None
+    (``show_saga`` or ``coord.get`` reads them)."""
     if limit < 1:
         raise ConfigurationError(f"--limit must be at least 1, not {limit}")
     if before is not None:
         before = get_saga(coord, before).id  # an unknown anchor is an error, not []
-    views = coord.list(
-        statuses or None,
-        name,
-        limit,
+    query = ListQuery(
+        status=statuses_of(statuses or None),
+        name=name,
+        key=key,
         stuck=stuck,
         before=before,
         older_than=older_than,
-        key=key,
+        limit=limit,
+        payloads=False,
     )
+    views = (view_of(record) for record in coord.store.list(query))
     return SagaPage(tuple(views), coord.store.now(), limit)
 
 
