@@ -9,13 +9,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from saga.admin.inputs import SagaRef, definition_of, get_saga
-from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
+from saga.admin.results import (
+    RetryWait,
+    SagaDetail,
+    SagaDiff,
+    SagaPage,
+    StepDiff,
+    Timeline,
+    TimelineEntry,
+)
 from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_versions
 from saga.errors import ConfigurationError
 from saga.policy import describe_retry_on
 from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, ListQuery
-from saga.status import SagaStatus, StepKind, statuses_of
+from saga.status import SagaStatus, StepKind, StepStatus, statuses_of
 from saga.views import SagaView, StepView, view_of
 from saga.wording import describe_event as describe_event
 
@@ -91,7 +99,25 @@ def _detail(coord: Coordinator, view: SagaView, events: Sequence[EventRecord]) -
         undo_notes(events),
         retry_on,
         None if definition is not None else retry_unknown(view),
+        retry_waits(view, events),
     )
+
+
+def retry_waits(view: SagaView, events: Sequence[EventRecord]) -> dict[str, RetryWait]:
+    """The running steps whose latest attempt failed and whose next has not started: a
+    step's last forward event is then the ``attempt_failed`` of its current attempt."""
+    last: dict[str, EventRecord] = {}
+    for event in events:
+        if event.step is not None and event.kind in ("step_started", "attempt_failed"):
+            last[event.step] = event
+    waits: dict[str, RetryWait] = {}
+    for step in view.steps:
+        failed = last.get(step.name)
+        if failed is None or step.status is not StepStatus.RUNNING:
+            continue
+        if failed.kind == "attempt_failed" and failed.attempt == step.attempt:
+            waits[step.name] = RetryWait(failed)
+    return waits
 
 
 def retry_classes(definition: Saga, names: Sequence[str]) -> dict[str, str]:

@@ -130,5 +130,5 @@ details.folded summary pre{display:inline}svg.timeline{background:#fff;border:1p
 .bar.comp.ok{fill:#e5a50a}.bar.comp.failed{fill:#a51d2d}.gap{stroke:#9a9996;stroke-dasharray:3 3}
 .turn{stroke:#c01c28;stroke-width:2}.unknown{fill:#fff;stroke:#c01c28;stroke-width:2}
 .lane-label{font-size:11px;fill:#5e6470}.bar-label{font-size:11px;fill:#fff}
-.actions form{display:inline}
+.actions form{display:inline}.retry-wait{color:#9c5d00}
 """

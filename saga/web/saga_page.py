@@ -135,6 +135,9 @@ def _panel(view: SagaView, step: StepView, detail: SagaDetail, unknown: Sequence
     spec = declared.by_name(step.name) if declared is not None else None
     kinds = [step.kind.value] + (["transactional"] if step.transactional else [])
     doubt = ' <span class="badge in_doubt">outcome unknown</span>' if step.name in unknown else ""
+    wait = detail.waiting.get(step.name)
+    if wait is not None:  # its attempt is known to have failed: waiting, not in doubt
+        doubt = f' <span class="retry-wait">{text(wait.text)}</span>'
     rows = [
         ("status", f'<span class="badge {step.status.value}">{step.status.value}</span>{doubt}'),
         ("kind", text(", ".join(kinds))),
@@ -151,6 +154,8 @@ def _panel(view: SagaView, step: StepView, detail: SagaDetail, unknown: Sequence
         ("output digest", f"<code>{text(step.output_digest)}</code>"),
         ("error", json_block(step.error) if step.error else "-"),
     ]
+    if wait is not None:
+        rows.append(("retry", f'<span class="retry-wait">{text(wait.text)}</span>'))
     note = detail.notes.get(step.name)
     if note:
         rows.append(("note", text(note)))
