@@ -1,5 +1,5 @@
 """A step's failed attempt is recorded as it fails, not when its retry starts: while the
-step waits 20 s for its next attempt, the real ``saga show``, ``show --json`` and
+step waits 10 minutes for its next attempt, the real ``saga show``, ``show --json`` and
 ``history`` (and ``--json``) say "attempt 1 failed: ...; next attempt at ...", not "in
 doubt"; the failure's TOOK is the attempt's own, and its stamp the failure's time. Then
 the process is killed in the wait and ``saga recover`` makes the next attempt. On

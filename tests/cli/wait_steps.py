@@ -1,4 +1,4 @@
-"""A saga whose ``charge`` fails its first attempt at once and waits 20 s for the next,
+"""A saga whose ``charge`` fails its first attempt at once and waits 10 min for the next,
 importable as ``tests.cli.wait_steps`` (``--app``); ``python -m tests.cli.wait_steps URL
 KEY`` runs it in a process of its own, which a test kills during the wait.
 
@@ -20,8 +20,10 @@ from collections.abc import Iterator
 from saga import Coordinator, RetryPolicy, Saga, StepContext
 from saga.ports import EventRecord
 
-BACKOFF = 20.0
-"""The wait after the failed attempt: far longer than the attempt, which returns at once."""
+BACKOFF = 600.0
+"""The wait after the failed attempt: far longer than the attempt, which returns at once,
+and than the test's look at the saga meanwhile (a few ``saga`` commands on a busy
+machine), which ends by killing the process: nothing waits it out."""
 
 WAIT = Saga("cli-retry-wait")
 

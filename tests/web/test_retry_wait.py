@@ -1,4 +1,4 @@
-"""The saga page of a step waiting 20 s to retry, in headless Chromium against a real
+"""The saga page of a step waiting 10 minutes to retry, in headless Chromium against a real
 ``saga web``, on SQLite and PostgreSQL: the failed attempt is said with its error and
 when the next is due, the step is not shown in doubt, and the history row of the
 failure is there before the retry starts, its TOOK the attempt's own."""
