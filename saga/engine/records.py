@@ -137,8 +137,8 @@ def undo_attempt_failed(
     record: SagaRecord, name: str, previous_error: str | None, took: float | None = None
 ) -> tuple[Event, ...]:
     """The event of step ``name``'s last compensation attempt having failed with
-    ``previous_error`` (none without one): written with the next attempt's start, as
-    ``started_event`` writes ``attempt_failed`` for a step's forward attempts."""
+    ``previous_error`` (none without one): written with the next attempt's start (a
+    step's forward attempt is recorded as it fails instead: :func:`attempt_failed`)."""
     if previous_error is None:
         return ()
     attempt = _recorded(record, name).undo_attempt
