@@ -259,7 +259,8 @@ class InMemorySagaStore:
                 if _matches(row.saga, query, now) and _after_anchor(row.saga, anchor)
             ]
             chosen.sort(key=lambda saga: (saga.created_at or 0.0, saga.id), reverse=True)
-            return [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
+            found = [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
+        return found if query.payloads else [_without_payloads(saga) for saga in found]
 
     def status_counts(self) -> dict[SagaStatus, int]:
         with self._lock:
@@ -387,6 +388,12 @@ def _lease_remaining(saga: SagaRecord, now: float) -> float | None:
 def _stuck(saga: SagaRecord, now: float) -> bool:
     expired = saga.lease_expires_at is not None and saga.lease_expires_at < now
     return saga.status in _ACTIVE and expired
+
+
+def _without_payloads(saga: SagaRecord) -> SagaRecord:
+    """``saga`` as a listing without payloads reads it (``ListQuery.payloads``)."""
+    steps = tuple(dataclasses.replace(s, args=None, result=None, error=None) for s in saga.steps)
+    return dataclasses.replace(saga, input=None, error=None, trace_context=None, steps=steps)
 
 
 def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:

@@ -5,7 +5,7 @@ told to the coordinator's listeners once the store has committed it, never
 before: a ``step_succeeded`` listener never hears of a step whose record was
 lost. Two events are told that no history holds: ``retry_scheduled`` (this
 process will try the step again after ``delay`` seconds; the failed attempt is
-recorded, as ``attempt_failed``, with the next attempt's start) and
+recorded next, as ``attempt_failed``, before the wait) and
 ``lease_lost`` (the store refused a write: another process claimed the saga).
 
 A listener is any callable taking a :class:`SagaEvent` (a coroutine function
@@ -419,7 +419,7 @@ class Listeners:
             began[(event.step, ATTEMPT_STARTS[kind])] = now
         elif kind in ATTEMPT_ENDS or kind == "retry_scheduled":
             # A retry is told when its attempt failed: that attempt's time ends there
-            # (its ``attempt_failed``, recorded with the next start, then has none).
+            # (its ``attempt_failed``, told after it, then has none).
             part = ATTEMPT_ENDS.get(kind) or (
                 "undo" if (event.detail or {}).get("compensating") else "step"
             )

@@ -261,6 +261,10 @@ class ListQuery:
     limit: int = DEFAULT_LIST_LIMIT
     id_prefix: str | None = None
     """Only sagas whose id starts with this (lowercase hex and dashes)."""
+    payloads: bool = True
+    """False: leave out what a listing never shows (the saga's input, error and trace
+    context; each step's arguments, result and error), which come back None. A page of
+    ``saga list`` or of the web console reads a few bytes per saga, not its results."""
 
 
 class SagaStore(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import unicodedata
 from collections.abc import Callable
@@ -24,7 +25,36 @@ class Described(Protocol):
     def epoch(self) -> int | None: ...
 
     @property
+    def at(self) -> float: ...
+
+    @property
     def detail(self) -> dict[str, Any] | None: ...
+
+
+def iso_time(seconds: float | None) -> str | None:
+    """A timestamp (epoch seconds) as ISO 8601 UTC with milliseconds."""
+    if seconds is None:
+        return None
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def next_attempt_at(event: Described) -> float | None:
+    """When the attempt after a failed one is due: an ``attempt_failed`` is recorded as
+    its attempt fails, before the retry wait of ``delay`` seconds (None for one written
+    by an earlier release, with the next attempt's start)."""
+    delay = (event.detail or {}).get("delay")
+    if event.kind != "attempt_failed" or not isinstance(delay, int | float):
+        return None
+    return event.at + float(delay)
+
+
+def attempt_failed_text(event: Described) -> str:
+    """``attempt 1 failed: E; next attempt at T`` (what ``saga show`` and the console say
+    of a step waiting to retry, and the history of its failure)."""
+    text = f"attempt {event.attempt} failed: {(event.detail or {}).get('error')}"
+    due = next_attempt_at(event)
+    return text if due is None else f"{text}; next attempt at {iso_time(due)}"
 
 
 def _failed_text(event: Described) -> str:
@@ -43,7 +73,7 @@ def describe_event(event: Described) -> str:
     texts: dict[str, Callable[[], str]] = {
         "saga_started": lambda: "saga started",
         "step_started": lambda: f"step {step} started (attempt {attempt})",
-        "attempt_failed": lambda: f"step {step} attempt {attempt} failed: {error}",
+        "attempt_failed": lambda: f"step {step} {attempt_failed_text(event)}",
         "step_succeeded": lambda: f"step {step} succeeded (attempt {attempt})",
         "step_failed": lambda: _failed_text(event),
         "step_in_doubt": lambda: (

@@ -549,6 +549,29 @@ class StoreContract:
         assert listed == loaded(store, saga.id)
         assert [s.name for s in listed.steps] == ["reserve"]
 
+    def test_a_list_without_payloads_leaves_out_only_the_payloads(self, store: SagaStore) -> None:
+        saga = create(store, key="k")
+        step = dataclasses.replace(
+            running("reserve", 1), status=StepStatus.SUCCEEDED, args='{"a":1}', result='"r"'
+        )
+        failed = dataclasses.replace(running("charge", 2), error="E: boom")
+        writes = (StepWrite(step), StepWrite(failed, new=True, stamp="started"))
+        store.commit(Commit(saga.id, 1, error="saga error", steps=writes))
+        full = loaded(store, saga.id)
+        [light] = store.list(ListQuery(key="k", payloads=False))
+        assert (light.input, light.error, light.trace_context) == (None, None, None)
+        assert [(s.args, s.result, s.error) for s in light.steps] == [(None, None, None)] * 2
+        blank = {"args": None, "result": None, "error": None}
+        expected = dataclasses.replace(
+            full,
+            input=None,
+            error=None,
+            trace_context=None,
+            steps=tuple(dataclasses.replace(s, **blank) for s in full.steps),
+        )
+        assert light == expected  # everything a listing shows, as loaded
+        assert store.list(ListQuery(key="k")) == [full]
+
     def test_stuck_means_active_with_an_expired_lease(self, store: SagaStore) -> None:
         create(store)  # live
         done = create(store, ttl=EXPIRED)

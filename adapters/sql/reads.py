@@ -9,7 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, Select, and_, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    Select,
+    Table,
+    and_,
+    func,
+    null,
+    or_,
+    select,
+)
 
 from saga.ports import EventRecord, ListQuery, SagaRecord, StepRecord
 from saga.status import SagaStatus
@@ -20,6 +31,13 @@ from .rows import event_record, saga_record, step_record
 
 ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 """The statuses of a saga someone should be executing (stuck when its lease ran out)."""
+
+PAYLOADS = {
+    "saga_instances": ("input", "error", "trace_context"),
+    "saga_steps": ("args", "result", "error"),
+}
+"""The columns a listing without payloads leaves out (``ListQuery.payloads``): they
+hold what a saga carries, unbounded but for the payload limit, and no list shows them."""
 
 
 def load(connection: Connection, saga_id: str) -> SagaRecord | None:
@@ -38,7 +56,15 @@ def find(connection: Connection, name: str, key: str) -> SagaRecord | None:
 def listed(connection: Connection, dialect: Dialect, query: ListQuery) -> list[SagaRecord]:
     """One page of sagas matching ``query``, newest first, with their steps."""
     rows = connection.execute(list_statement(dialect, query)).all()
-    return with_steps(connection, rows)
+    return with_steps(connection, rows, payloads=query.payloads)
+
+
+def columns(table: Table, payloads: bool = True) -> list[Any]:
+    """What to select of ``table``: every column, or (without ``payloads``) every column
+    but its :data:`PAYLOADS`, each read back as NULL so that rows keep one shape."""
+    left_out = () if payloads else PAYLOADS.get(table.name, ())
+    kept: list[Any] = [c for c in table.c if c.name not in left_out]
+    return kept + [null().label(name) for name in left_out]
 
 
 def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
@@ -64,7 +90,7 @@ def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
             or_(i.created_at < anchor, and_(i.created_at == anchor, i.id < query.before))
         )
     return (
-        select(t.instances)
+        select(*columns(t.instances, query.payloads))
         .where(*conditions)
         .order_by(i.created_at.desc(), i.id.desc())
         .limit(query.limit)
@@ -93,14 +119,16 @@ def events(connection: Connection, saga_id: str) -> list[EventRecord]:
     return [event_record(row) for row in rows]
 
 
-def with_steps(connection: Connection, rows: Sequence[Row[Any]]) -> list[SagaRecord]:
+def with_steps(
+    connection: Connection, rows: Sequence[Row[Any]], payloads: bool = True
+) -> list[SagaRecord]:
     """The sagas of ``rows``, each with its steps in seq order (one query for all)."""
     ids = [row.id for row in rows]
     by_saga: dict[str, list[StepRecord]] = {saga_id: [] for saga_id in ids}
     if ids:
         s = t.steps.c
         step_rows = connection.execute(
-            select(t.steps).where(s.saga_id.in_(ids)).order_by(s.saga_id, s.seq)
+            select(*columns(t.steps, payloads)).where(s.saga_id.in_(ids)).order_by(s.saga_id, s.seq)
         ).all()
         for step_row in step_rows:
             by_saga[step_row.saga_id].append(step_record(step_row))

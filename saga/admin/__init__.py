@@ -81,6 +81,7 @@ from saga.admin.recovery import (
     stuck_ids,
 )
 from saga.admin.results import (
+    RetryWait,
     SagaDetail,
     SagaDiff,
     SagaPage,
@@ -112,6 +113,7 @@ __all__ = [
     "RecoveryItem",
     "RecoverySummary",
     "Result",
+    "RetryWait",
     "SagaDetail",
     "SagaDiff",
     "SagaPage",

@@ -6,11 +6,10 @@ table, the JSON and the demo all show them.
 
 from __future__ import annotations
 
-import datetime
-
 from saga import engine
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.views import SagaView, StepView
+from saga.wording import iso_time as iso_time  # one wording of times, for events too
 
 FINISHED = (SagaStatus.COMPLETED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
 IN_DOUBT = (StepStatus.RUNNING, StepStatus.IN_DOUBT, StepStatus.COMPENSATING)
@@ -40,14 +39,6 @@ def is_stuck(view: SagaView, now: float) -> bool:
     """Running or compensating with an expired lease: its process is gone."""
     left = lease_left(view, now)
     return left is not None and left < 0
-
-
-def iso_time(seconds: float | None) -> str | None:
-    """A database timestamp as ISO 8601 UTC with milliseconds."""
-    if seconds is None:
-        return None
-    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def human_duration(seconds: float | None) -> str:

@@ -9,15 +9,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from saga.admin.inputs import SagaRef, definition_of, get_saga
-from saga.admin.results import SagaDetail, SagaDiff, SagaPage, StepDiff, Timeline, TimelineEntry
+from saga.admin.results import (
+    RetryWait,
+    SagaDetail,
+    SagaDiff,
+    SagaPage,
+    StepDiff,
+    Timeline,
+    TimelineEntry,
+)
 from saga.admin.unrunnable import unrunnable_here
 from saga.coordinator import Coordinator
 from saga.definition import Saga, defined_versions
 from saga.errors import ConfigurationError
 from saga.policy import describe_retry_on
-from saga.ports import DEFAULT_LIST_LIMIT, EventRecord
-from saga.status import SagaStatus, StepKind
-from saga.views import SagaView, StepView
+from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, ListQuery
+from saga.status import SagaStatus, StepKind, StepStatus, statuses_of
+from saga.views import SagaView, StepView, view_of
 from saga.wording import describe_event as describe_event
 
 
@@ -32,22 +40,28 @@ def list_sagas(
     before: str | None = None,
     key: str | None = None,
 ) -> SagaPage:
-    """Sagas matching every filter given, newest first, at most ``limit``."""
+    """Sagas matching every filter given, newest first, at most ``limit``.
+
+    The views carry no payloads: a page shows none of them, and a saga's results may
+    weigh megabytes, so their ``input``, step ``result``, ``args`` and ``error`` are None
+    (``show_saga`` or ``coord.get`` reads them)."""
     if limit < 1:
         raise ConfigurationError(f"--limit must be at least 1, not {limit}")
     if before is not None:
         before = get_saga(coord, before).id  # an unknown anchor is an error, not []
-    views = coord.list(
-        statuses or None,
-        name,
-        limit,
+    query = ListQuery(
+        status=statuses_of(statuses or None),
+        name=name,
+        key=key,
         stuck=stuck,
         before=before,
         older_than=older_than,
-        key=key,
+        limit=limit,
+        payloads=False,
     )
+    views = tuple(view_of(record) for record in coord.store.list(query))
     notes = unrunnable_here(coord, views) if stuck else {}
-    return SagaPage(tuple(views), coord.store.now(), limit, notes)
+    return SagaPage(views, coord.store.now(), limit, notes)
 
 
 def status_counts(coord: Coordinator) -> dict[SagaStatus, int]:
@@ -87,7 +101,25 @@ def _detail(coord: Coordinator, view: SagaView, events: Sequence[EventRecord]) -
         undo_notes(events),
         retry_on,
         None if definition is not None else retry_unknown(view),
+        retry_waits(view, events),
     )
+
+
+def retry_waits(view: SagaView, events: Sequence[EventRecord]) -> dict[str, RetryWait]:
+    """The running steps whose latest attempt failed and whose next has not started: a
+    step's last forward event is then the ``attempt_failed`` of its current attempt."""
+    last: dict[str, EventRecord] = {}
+    for event in events:
+        if event.step is not None and event.kind in ("step_started", "attempt_failed"):
+            last[event.step] = event
+    waits: dict[str, RetryWait] = {}
+    for step in view.steps:
+        failed = last.get(step.name)
+        if failed is None or step.status is not StepStatus.RUNNING:
+            continue
+        if failed.kind == "attempt_failed" and failed.attempt == step.attempt:
+            waits[step.name] = RetryWait(failed)
+    return waits
 
 
 def retry_classes(definition: Saga, names: Sequence[str]) -> dict[str, str]:

@@ -24,6 +24,7 @@ from saga.codec import encode
 from saga.ports import EventRecord
 from saga.status import StepKind
 from saga.views import SagaView, StepView
+from saga.wording import attempt_failed_text, next_attempt_at
 
 
 def saga_summary(view: SagaView, now: float) -> dict[str, Any]:
@@ -102,6 +103,30 @@ def _step_json(step: StepView) -> dict[str, Any]:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class RetryWait:
+    """A step whose attempt failed and whose next attempt is not started yet: its
+    ``attempt_failed`` event, recorded as the attempt failed (database clock)."""
+
+    event: EventRecord
+
+    @property
+    def text(self) -> str:
+        """``attempt 1 failed: E; next attempt at T``."""
+        return attempt_failed_text(self.event)
+
+    def as_json(self) -> dict[str, Any]:
+        took = (self.event.detail or {}).get("took")
+        return {
+            "attempt": self.event.attempt,
+            "error": (self.event.detail or {}).get("error"),
+            "failed_at": iso_time(self.event.at),
+            "duration_seconds": took if isinstance(took, int | float) else None,
+            "next_attempt_at": iso_time(next_attempt_at(self.event)),
+            "text": self.text,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class SagaDetail:
     """A saga with what an operator needs to judge it (``saga show``).
 
@@ -110,7 +135,9 @@ class SagaDetail:
     name, why a step was compensated without a compensation running.
     ``retry_on`` says, by step name, which errors the step's action is retried
     on (:func:`~saga.policy.describe_retry_on`), when this process knows the
-    definition; else ``retry_unknown`` says why none is known.
+    definition; else ``retry_unknown`` says why none is known. ``waiting`` holds,
+    by step name, the failed attempt of a step waiting for its next one: such a step
+    is ``running`` but not in doubt (its attempt is known to have failed).
     """
 
     saga: SagaView
@@ -120,6 +147,7 @@ class SagaDetail:
     notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
     retry_on: Mapping[str, str] = dataclasses.field(default_factory=dict)
     retry_unknown: str | None = "not known here: saga definition not loaded"
+    waiting: Mapping[str, RetryWait] = dataclasses.field(default_factory=dict)
 
     def retry_of(self, step: str) -> str | None:
         """Which errors ``step``'s action is retried on, or why that is not known here."""
@@ -128,7 +156,9 @@ class SagaDetail:
     @property
     def in_doubt(self) -> tuple[StepView, ...]:
         """Steps that may have acted (or been undone) without that being confirmed."""
-        return tuple(s for s in self.saga.steps if s.status in IN_DOUBT)
+        return tuple(
+            s for s in self.saga.steps if s.status in IN_DOUBT and s.name not in self.waiting
+        )
 
     def as_json(self) -> dict[str, Any]:
         view = self.saga
@@ -140,9 +170,16 @@ class SagaDetail:
             "past_pivot": past_pivot(view),
             "in_doubt_steps": [s.name for s in self.in_doubt],
             "pending_steps": list(self.pending),
-            "steps": [
-                {**_step_json(step), "retry_on": self.retry_of(step.name)} for step in view.steps
-            ],
+            "steps": [self._step_json(step) for step in view.steps],
+        }
+
+    def _step_json(self, step: StepView) -> dict[str, Any]:
+        wait = self.waiting.get(step.name)
+        return {
+            **_step_json(step),
+            "in_doubt": step.status in IN_DOUBT and wait is None,
+            "retry_on": self.retry_of(step.name),
+            "retry_wait": None if wait is None else wait.as_json(),
         }
 
 
@@ -167,6 +204,7 @@ class TimelineEntry:
             "attempt": event.attempt,
             "epoch": event.epoch,
             "detail": event.detail,
+            "next_attempt_at": iso_time(next_attempt_at(event)),
             "text": self.text,
         }
 

@@ -225,7 +225,7 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
 
 def _render_steps(session: Session, detail: admin.SagaDetail) -> None:
     headers = ["#", "STEP", "KIND", "STATUS", "ATTEMPT", "DURATION", "RESULT / ERROR", "NOTE"]
-    rows = [_step_row(step, detail.notes.get(step.name)) for step in detail.saga.steps]
+    rows = [_step_row(step, _note_of(detail, step.name)) for step in detail.saga.steps]
     rows += [["-", name, "", "pending", "", "", "", ""] for name in detail.pending]
     if not detail.retry_unknown:  # known: a column, after the attempts it governs
         headers.insert(5, "RETRY ON")
@@ -240,7 +240,17 @@ def _render_steps(session: Session, detail: admin.SagaDetail) -> None:
             session.say(f"step {step.name}: result shown as stored JSON: {step.result_error}")
 
 
-def _step_row(step: StepView, note: str | None = None) -> list[str | Text]:
+def _note_of(detail: admin.SagaDetail, name: str) -> Text | None:
+    """What the NOTE column says of step ``name`` besides its status: waiting to retry
+    after a failed attempt, or why it was settled without running."""
+    wait = detail.waiting.get(name)
+    if wait is not None:
+        return Text(wait.text, style="yellow")
+    note = detail.notes.get(name)
+    return Text(note) if note else None
+
+
+def _step_row(step: StepView, note: Text | None = None) -> list[str | Text]:
     attempt = str(step.attempt)
     if step.compensation_attempt:
         attempt += f" (undo {step.compensation_attempt})"
@@ -252,7 +262,7 @@ def _step_row(step: StepView, note: str | None = None) -> list[str | Text]:
         attempt,
         admin.human_duration(step.duration),
         step.error or ("-" if step.result is None else _compact(step.result)),
-        Text(note) if note else _note(step),
+        note or _note(step),
     ]
 
 

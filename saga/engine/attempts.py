@@ -78,11 +78,14 @@ def attempts(
         took = time.monotonic() - began  # how long the attempt ran, apart from the wait after
         delay = retries.after(failure)
         yield retry_scheduled(cursor.record, name, number, failure, delay)
+        # Durable before the wait: while it lasts, the history says the attempt failed,
+        # why, and when the next is due, rather than showing a step in doubt.
+        failed = records.attempt_failed(name, number, records.describe(failure), took, delay)
+        cursor.record = yield from write(cursor.record, (), (failed,))
         yield Sleep(delay)
         number += 1
         start = records.start(cursor.record, recorded(cursor.record, name), number)
-        events = records.started_event(start, records.describe(failure), took)
-        cursor.record = yield from write(cursor.record, [start], events)
+        cursor.record = yield from write(cursor.record, [start], records.started_event(start))
         began = time.monotonic()
         try:
             return (
@@ -104,7 +107,8 @@ def retry_scheduled(
 ) -> Tell:
     """Tell the listeners that attempt ``attempt`` (of step ``name``'s compensation, if
     ``compensating``) failed and another follows after ``delay`` seconds: a decision, not
-    a record (the failure is recorded with the next attempt's start)."""
+    a record (a step's failed attempt is recorded next, as ``attempt_failed``; a
+    compensation's with the next attempt's start)."""
     detail: dict[str, object] = {"error": records.describe(error), "delay": round(delay, 6)}
     if compensating:
         detail["compensating"] = True

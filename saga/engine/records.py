@@ -64,20 +64,19 @@ def start(record: SagaRecord | None, template: StepRecord, attempt: int) -> Step
     return StepWrite(step, stamp="started")
 
 
-def started_event(
-    write: StepWrite, previous_error: str | None = None, took: float | None = None
-) -> tuple[Event, ...]:
-    """The start of an attempt, after the failure of the one before (if it failed).
-
-    ``took`` is how long that failed attempt ran (measured on the worker's monotonic
-    clock): the failure is only recorded with the next start, after the retry wait,
-    and ``took`` is what tells the attempt from the wait on a timeline."""
+def started_event(write: StepWrite) -> tuple[Event, ...]:
+    """The start of an attempt."""
     step = write.step
-    started = Event("step_started", step.name, step.attempt)
-    if previous_error is None:
-        return (started,)
-    failed = Event("attempt_failed", step.name, step.attempt - 1, _failure(previous_error, took))
-    return (failed, started)
+    return (Event("step_started", step.name, step.attempt),)
+
+
+def attempt_failed(name: str, attempt: int, error: str, took: float, delay: float) -> Event:
+    """Attempt ``attempt`` of step ``name`` failed with ``error`` after running ``took``
+    seconds (the worker's monotonic clock), and the next starts ``delay`` seconds after
+    this record: committed before that wait, so the event's own time is when it failed
+    and ``at + delay`` when the next attempt is due (``next_attempt_at`` in the reads)."""
+    detail = {**_failure(error, took), "delay": round(delay, 6)}
+    return Event("attempt_failed", name, attempt, detail)
 
 
 def _failure(error: str, took: float | None) -> dict[str, object]:
@@ -145,8 +144,8 @@ def undo_attempt_failed(
     record: SagaRecord, name: str, previous_error: str | None, took: float | None = None
 ) -> tuple[Event, ...]:
     """The event of step ``name``'s last compensation attempt having failed with
-    ``previous_error`` (none without one): written with the next attempt's start, as
-    ``started_event`` writes ``attempt_failed`` for a step's forward attempts."""
+    ``previous_error`` (none without one): written with the next attempt's start (a
+    step's forward attempt is recorded as it fails instead: :func:`attempt_failed`)."""
     if previous_error is None:
         return ()
     attempt = _recorded(record, name).undo_attempt

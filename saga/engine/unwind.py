@@ -109,7 +109,7 @@ def check_compensations(resolver: Resolver, record: SagaRecord, saga: Saga | Non
 
 class _Undoing(Cursor):
     """A compensation's retries: the latest record, and the error of the last attempt
-    until the next attempt's start records it (as ``attempt_failed`` is for a step)."""
+    until the next attempt's start records it."""
 
     def __init__(self, record: SagaRecord) -> None:
         super().__init__(record)

@@ -4,14 +4,15 @@ admin functions, each recorded with "web", the person and their reason."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from saga import admin
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
 from saga.operations import operator_source
+from saga.ports import EventRecord
 from saga.views import SagaView
-from saga.web.markup import attr, page, text
+from saga.web.markup import attr, page, path, short, text
 
 Call = Callable[[Coordinator, str, str, str], SagaView]  # coord, saga id, step, reason
 
@@ -49,6 +50,30 @@ VERBS: dict[str, Verb] = {
 }  # fmt: skip
 
 
+DONE_WITHIN = 60.0
+"""How recent (database clock, seconds) the console's own record of an action must be
+for the saga page to say it was done: the redirect after an action lands at once."""
+
+
+def done_notice(verb_name: str | None, events: Sequence[EventRecord], now: float) -> str | None:
+    """ "<verb>: done" when this saga's history holds the console's record of ``verb_name``
+    from the last :data:`DONE_WITHIN` seconds; else None. The page's ``?done=`` only names
+    what to look for: a link anyone can forge, so it never says "done" by itself."""
+    verb = VERBS.get(verb_name or "")
+    if verb is None:
+        return None
+    for event in reversed(events):
+        detail = event.detail or {}
+        if (
+            event.kind == "operator_action"
+            and detail.get("action") == verb.name
+            and detail.get("source") == "web"
+            and now - event.at <= DONE_WITHIN
+        ):
+            return f"{verb.name}: done, recorded as an operator action"
+    return None
+
+
 def perform(
     coord: Coordinator, verb: Verb, saga_id: str, form: dict[str, str], client: str | None
 ) -> SagaView:
@@ -83,13 +108,14 @@ def confirm_page(view: SagaView, verb: Verb, csrf: str, error: str | None = None
         )
     problem = f'<p class="error" id="error">{text(error)}</p>' if error else ""
     body = (
-        f"{problem}<h1>{text(verb.label)}: saga {view.id[:8]} ({text(view.name)}, "
+        f"{problem}<h1>{text(verb.label)}: saga {short(view.id)} ({text(view.name)}, "
         f"{view.status.value})</h1><p>{text(verb.does)}</p>"
-        f'<form method="post" action="saga/{view.id}/action/{verb.name}" id="confirm-form">'
+        f'<form method="post" action="{path("saga", view.id, "action", verb.name)}" '
+        'id="confirm-form">'
         f'<input type="hidden" name="csrf" value="{attr(csrf)}">{step}'
         '<label>your name <input name="operator" id="operator" required></label><br>'
         '<label>reason (recorded) <input name="reason" id="reason" size="60" required></label><br>'
         f'<button type="submit" id="confirm">yes, {text(verb.label)}</button> '
-        f'<a href="saga/{view.id}">no, back</a></form>'
+        f'<a href="{path("saga", view.id)}">no, back</a></form>'
     )
     return page(f"confirm {text(verb.name)}", body)

@@ -9,7 +9,7 @@ from saga.admin import SagaPage, current_step, human_duration, is_stuck, iso_tim
 from saga.ports import DEFAULT_LIST_LIMIT
 from saga.status import SagaStatus
 from saga.views import SagaView
-from saga.web.markup import attr, page, query, table, text
+from saga.web.markup import attr, page, path, query, short, table, text
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +98,7 @@ def _row(view: SagaView, now: float) -> str:
     step = current_step(view)
     age = None if view.created_at is None else now - view.created_at
     cells = [
-        f'<a href="saga/{view.id}" title="{view.id}">{view.id[:8]}</a>',
+        f'<a href="{path("saga", view.id)}" title="{attr(view.id)}">{short(view.id)}</a>',
         text(view.name),
         text(view.key),
         status,
@@ -110,7 +110,7 @@ def _row(view: SagaView, now: float) -> str:
     ]
     tds = "".join(f"<td>{cell}</td>" for cell in cells)
     return (
-        f'<tr class="saga {css}" data-id="{view.id}" data-status="{view.status.value}" '
+        f'<tr class="saga {css}" data-id="{attr(view.id)}" data-status="{view.status.value}" '
         f'data-stuck="{str(stuck).lower()}">{tds}</tr>'
     )
 

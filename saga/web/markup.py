@@ -1,7 +1,8 @@
 """HTML written by hand, with every stored value escaped on the way in.
 
 Pages are built from f-strings; nothing from the database reaches them except
-through :func:`text` (or :func:`json_block`, which calls it). ``text`` does two
+through :func:`text` (or :func:`attr`, :func:`short` and :func:`json_block`, which
+call it), or, in a link, through :func:`path`. ``text`` does two
 things: it writes control and invisible formatting characters as visible
 escapes, as the CLI does (``printable``), and it HTML-escapes the result, quotes
 included, so that a value is inert in element content and in attribute values
@@ -15,7 +16,7 @@ import html
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from saga.cli.session import printable
 
@@ -42,6 +43,18 @@ def text(value: object) -> str:
 def attr(value: object) -> str:
     """``value`` for an attribute (``None`` becomes the empty string)."""
     return "" if value is None else text(value)
+
+
+def path(*segments: str) -> str:
+    """A relative link to ``segments`` (``path("saga", id)``): each URL-quoted whole, so
+    that a stored value never adds a segment, a query or a scheme, then escaped for an
+    attribute. Every link to a stored value is built here, never by an f-string."""
+    return html.escape("/".join(quote(segment, safe="") for segment in segments), quote=True)
+
+
+def short(saga_id: str) -> str:
+    """A saga id's first characters as HTML text (ids are forged as easily as names)."""
+    return text(saga_id[:8])
 
 
 def query(params: Mapping[str, str | Iterable[str] | None]) -> str:
@@ -117,5 +130,5 @@ details.folded summary pre{display:inline}svg.timeline{background:#fff;border:1p
 .bar.comp.ok{fill:#e5a50a}.bar.comp.failed{fill:#a51d2d}.gap{stroke:#9a9996;stroke-dasharray:3 3}
 .turn{stroke:#c01c28;stroke-width:2}.unknown{fill:#fff;stroke:#c01c28;stroke-width:2}
 .lane-label{font-size:11px;fill:#5e6470}.bar-label{font-size:11px;fill:#fff}
-.actions form{display:inline}
+.actions form{display:inline}.retry-wait{color:#9c5d00}
 """

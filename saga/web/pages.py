@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from saga.admin import SagaDiff, human_duration, input_digest, total_duration
 from saga.views import StepView
-from saga.web.markup import attr, page, table, text
+from saga.web.markup import attr, page, path, short, table, text
 
 
 def diff_page(diff: SagaDiff) -> str:
     """What ``saga diff`` says, as a page."""
     sides = "".join(
-        f'<tr><th>{label}</th><td><a href="saga/{view.id}">{view.id[:8]}</a></td>'
+        f'<tr><th>{label}</th><td><a href="{path("saga", view.id)}">{short(view.id)}</a></td>'
         f"<td>{text(view.name)}</td><td>{text(view.key)}</td><td>{view.status.value}</td>"
         f"<td><code>{input_digest(view)[:12]}</code></td>"
         f"<td>{text(human_duration(total_duration(view)))}</td></tr>"

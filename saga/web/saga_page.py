@@ -19,7 +19,7 @@ from saga.admin.inputs import definition_of
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView, StepView
 from saga.web import timeline
-from saga.web.markup import attr, json_block, page, table, text
+from saga.web.markup import attr, json_block, page, path, short, table, text
 
 REFRESH_SECONDS = 5
 
@@ -55,7 +55,7 @@ def saga_page(detail: SagaDetail, history: Timeline, extras: Extras) -> str:
     ]
     # A page that reports a refusal stays put: a reload would lose the message.
     live = not view.status.is_terminal and not extras.error
-    return page(f"saga {view.id[:8]}", "".join(parts), refresh=REFRESH_SECONDS if live else None)
+    return page(f"saga {short(view.id)}", "".join(parts), refresh=REFRESH_SECONDS if live else None)
 
 
 def _messages(extras: Extras) -> str:
@@ -75,8 +75,8 @@ def _header(view: SagaView, detail: SagaDetail) -> str:
     ended = view.updated_at if view.status.is_terminal else None
     started = view.steps[0].started_at if view.steps else None
     fields = [
-        ("id", f'<code id="saga-id">{view.id}</code>'),
-        ("short id", view.id[:8]),
+        ("id", f'<code id="saga-id">{text(view.id)}</code>'),
+        ("short id", short(view.id)),
         ("name", text(view.name)),
         ("key", f'<span id="saga-key">{text(view.key)}</span>'),
         ("status", status),
@@ -95,7 +95,7 @@ def _header(view: SagaView, detail: SagaDetail) -> str:
     cells = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in fields)
     error = f'<p class="error">saga error: {text(view.error)}</p>' if view.error else ""
     return (
-        f"<h1>{text(view.name)} <small>{view.id[:8]}</small></h1>"
+        f"<h1>{text(view.name)} <small>{short(view.id)}</small></h1>"
         f'<dl class="header" id="header">{cells}</dl>{error}'
         f"<h2>Input</h2>{json_block(view.input)}"
     )
@@ -135,6 +135,9 @@ def _panel(view: SagaView, step: StepView, detail: SagaDetail, unknown: Sequence
     spec = declared.by_name(step.name) if declared is not None else None
     kinds = [step.kind.value] + (["transactional"] if step.transactional else [])
     doubt = ' <span class="badge in_doubt">outcome unknown</span>' if step.name in unknown else ""
+    wait = detail.waiting.get(step.name)
+    if wait is not None:  # its attempt is known to have failed: waiting, not in doubt
+        doubt = f' <span class="retry-wait">{text(wait.text)}</span>'
     rows = [
         ("status", f'<span class="badge {step.status.value}">{step.status.value}</span>{doubt}'),
         ("kind", text(", ".join(kinds))),
@@ -151,6 +154,8 @@ def _panel(view: SagaView, step: StepView, detail: SagaDetail, unknown: Sequence
         ("output digest", f"<code>{text(step.output_digest)}</code>"),
         ("error", json_block(step.error) if step.error else "-"),
     ]
+    if wait is not None:
+        rows.append(("retry", f'<span class="retry-wait">{text(wait.text)}</span>'))
     note = detail.notes.get(step.name)
     if note:
         rows.append(("note", text(note)))
@@ -176,7 +181,8 @@ def _actions(view: SagaView, verbs: Sequence[tuple[str, str]] | None) -> str:
             "--allow-actions</code> to act on sagas from here.</p>"
         )
     links = " ".join(
-        f'<a class="action" data-verb="{verb}" href="saga/{view.id}/confirm/{verb}">{label}</a>'
+        f'<a class="action" data-verb="{verb}" '
+        f'href="{path("saga", view.id, "confirm", verb)}">{label}</a>'
         for verb, label in verbs
     )
     return f'<h2>Actions</h2><p class="actions" id="actions">{links}</p>'
@@ -185,7 +191,7 @@ def _actions(view: SagaView, verbs: Sequence[tuple[str, str]] | None) -> str:
 def _diff_form(view: SagaView) -> str:
     return (
         f'<form class="filters" method="get" action="diff"><input type="hidden" name="left" '
-        f'value="{view.id}"><label>compare with saga id<input name="right" size="38"></label>'
+        f'value="{attr(view.id)}"><label>compare with saga id<input name="right" size="38"></label>'
         '<button type="submit" id="diff">diff</button></form>'
     )
 

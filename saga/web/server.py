@@ -8,7 +8,7 @@ POSTs, offered only when the console was started with them allowed.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -101,16 +101,25 @@ class Console:
 
     async def saga(self, request: Request) -> Response:
         done = request.query_params.get("done")
-        verb = actions.VERBS.get(done or "")
-        notice = f"{verb.name}: done, recorded as an operator action" if verb else None
-        return await self._saga(request.path_params["saga_id"], saga_page.Extras(notice=notice))
+        return await self._saga(request.path_params["saga_id"], saga_page.Extras(), done=done)
 
-    async def _saga(self, saga_id: str, extras: saga_page.Extras, status: int = 200) -> Response:
+    async def _saga(
+        self,
+        saga_id: str,
+        extras: saga_page.Extras,
+        status: int = 200,
+        done: str | None = None,
+    ) -> Response:
+        """The saga page; ``done`` (a verb) is said done only if its history, read now,
+        holds the console's recent record of it."""
+
         def read() -> str:
             detail, history = admin.show_with_history(self.coord, saga_id)
+            events = [entry.event for entry in history.entries]
+            notice = actions.done_notice(done, events, detail.now)
             verbs = [(v.name, v.label) for v in actions.VERBS.values()]
             offered = verbs if self.allow_actions else None
-            shown = saga_page.Extras(offered, extras.notice, extras.error)
+            shown = saga_page.Extras(offered, notice, extras.error)
             return saga_page.saga_page(detail, history, shown)
 
         return self.html(await run_in_threadpool(read), status)
@@ -141,9 +150,8 @@ class Console:
             extras = saga_page.Extras(error=self.scrubbed(explain(error)[1]))
             status = 400 if isinstance(error, ConfigurationError) else 409
             return await self._saga(saga_id, extras, status)
-        return RedirectResponse(
-            f"{ROOT.get()}/saga/{view.id}?done={verb.name}", 303, headers=_HEADERS
-        )
+        where = f"{ROOT.get()}/saga/{quote(view.id, safe='')}?done={verb.name}"
+        return RedirectResponse(where, 303, headers=_HEADERS)
 
     def _verb(self, request: Request) -> actions.Verb:
         if not self.allow_actions:

@@ -110,8 +110,9 @@ def _bars(entries: Sequence[TimelineEntry]) -> tuple[list[Bar], float | None]:
 
 
 def _ended(bar: Bar, entry: TimelineEntry) -> float:
-    """When an attempt ended. A failed attempt is recorded with the next one's start,
-    after the retry wait; its ``took`` (how long it ran) separates the two."""
+    """When an attempt ended. A failed attempt is recorded as it fails; one recorded by
+    an earlier release came with the next one's start, after the retry wait, and its
+    ``took`` (how long it ran) separates the two."""
     took = (entry.event.detail or {}).get("took")
     if isinstance(took, int | float) and entry.event.kind.endswith("attempt_failed"):
         return min(entry.offset, bar.start + max(0.0, float(took)))

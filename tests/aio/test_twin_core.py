@@ -21,6 +21,7 @@ from tests.integration.test_pivot import (
     test_retriable_steps_after_the_pivot_are_retried_until_they_succeed,
 )
 from tests.integration.test_retry import (
+    test_a_failed_attempt_is_durable_before_the_retry_wait,
     test_max_attempts_counts_attempts_across_crashes,
     test_retry_on_errors_are_retried_and_each_attempt_is_recorded,
 )
@@ -37,6 +38,7 @@ from tests.integration.test_write_protocol import (
 
 __all__ = [
     "test_a_context_manager_saga_stops_after_a_takeover",
+    "test_a_failed_attempt_is_durable_before_the_retry_wait",
     "test_after_a_takeover_the_old_executor_writes_nothing",
     "test_compensation_failing_for_good_leaves_the_saga_failed",
     "test_context_manager_block_failure_compensates_newest_first",

@@ -17,11 +17,11 @@ SUMMARY_KEYS = {
 STEP_KEYS = {
     "seq", "name", "kind", "status", "attempt", "compensation_attempt", "transactional",
     "started_at", "finished_at", "duration_seconds", "result", "result_error", "error",
-    "input_digest", "output_digest", "in_doubt", "pivot", "retry_on",
+    "input_digest", "output_digest", "in_doubt", "pivot", "retry_on", "retry_wait",
 }  # fmt: skip
 EVENT_KEYS = {
     "id", "at", "offset_seconds", "duration_seconds", "kind", "step", "attempt", "epoch",
-    "detail", "text",
+    "detail", "next_attempt_at", "text",
 }  # fmt: skip
 
 

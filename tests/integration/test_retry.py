@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from typing import Any
 
 import pytest
 
-from saga import Coordinator, Saga, SagaFailed, SagaStatus, StepContext, StepStatus
+from saga import (
+    Coordinator,
+    RetryPolicy,
+    Saga,
+    SagaEvent,
+    SagaFailed,
+    SagaStatus,
+    StepContext,
+    StepStatus,
+)
 from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.steps import Crash
@@ -48,6 +59,54 @@ def test_retry_on_errors_are_retried_and_each_attempt_is_recorded(coord: Coordin
     )
     assert 0 <= failed[0].detail["took"] <= failed[0].at - first_start.at + 0.01
     assert_history_replays(coord, view.id)
+
+
+class HistoryAtFailure:
+    """An inline listener (called in the saga's own thread or loop, right after the
+    commit that told it) that reads the saga's history from the database the moment an
+    ``attempt_failed`` is told: what an operator would see during the retry wait."""
+
+    inline = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seen: list[tuple[str, int | None, dict[str, Any] | None]] = []
+
+    def __call__(self, event: SagaEvent) -> None:
+        if event.kind != "attempt_failed":
+            return
+        with contextlib.closing(Coordinator(self.url)) as reader:
+            self.seen = [(e.kind, e.attempt, e.detail) for e in reader.history(event.saga_id)]
+
+
+def test_a_failed_attempt_is_durable_before_the_retry_wait(
+    make_coord: MakeCoordinator, db_url: str
+) -> None:
+    saga = Saga("retry-wait-recorded")
+    policy = RetryPolicy(
+        max_attempts=2, initial_delay=0.05, max_delay=0.05, jitter=0, retry_on=(ConnectionError,)
+    )
+
+    @saga.step(retry=policy)
+    def call(ctx: StepContext) -> str:
+        if ctx.attempt == 1:
+            raise ConnectionError("reset by peer")
+        return "ok"
+
+    listener = HistoryAtFailure(db_url)
+    view = make_coord(listeners=[listener]).run(saga)
+    assert view.status is SagaStatus.COMPLETED
+    # Told before the wait, and already in the database: the next attempt's start is not.
+    *_, (kind, attempt, detail) = listener.seen
+    assert (kind, attempt) == ("attempt_failed", 1)
+    assert [(k, a) for k, a, _ in listener.seen if k == "step_started"] == [("step_started", 1)]
+    assert detail is not None
+    assert (detail["error"], detail["delay"]) == ("ConnectionError: reset by peer", 0.05)
+    history = make_coord().history(view.id)
+    failed = next(e for e in history if e.kind == "attempt_failed")
+    retried = next(e for e in history if e.kind == "step_started" and e.attempt == 2)
+    assert failed.id < retried.id
+    assert failed.at <= retried.at
 
 
 def test_errors_outside_retry_on_are_not_retried(coord: Coordinator) -> None:

@@ -224,7 +224,7 @@ def test_a_stop_asked_for_while_steps_run_cancels_them_and_unwinds() -> None:
     assert "Launch" not in driver.kinds()[1:]  # nothing new started after the stop
 
 
-def test_a_retry_is_made_durable_with_the_error_before_it_runs() -> None:
+def test_a_failed_attempt_is_durable_before_the_wait_and_the_retry_before_it_runs() -> None:
     saga = two_step_saga()
     record, _ = started(saga)
     calls: list[int] = []
@@ -241,19 +241,26 @@ def test_a_retry_is_made_durable_with_the_error_before_it_runs() -> None:
     result = driver.run(attempts(cursor, "reserve", 1, policy, None, flaky))
     assert result == "ok"
     assert calls == [1, 2]
-    told, sleep, retry = driver.seen[1], driver.seen[2], driver.seen[3]
+    told, failure, sleep, retry = driver.seen[1:5]
     # The listeners hear of the retry before the wait: a decision, not a record.
     assert isinstance(told, effects.Tell)
     assert not told.durable
     (scheduled,) = told.events
     assert (scheduled.kind, scheduled.step, scheduled.attempt) == ("retry_scheduled", "reserve", 1)
     assert scheduled.detail == {"error": "ConnectionError: reset by peer", "delay": 0.25}
-    assert sleep == effects.Sleep(0.25)  # tenacity's decision, yielded, not slept
-    assert isinstance(retry, effects.Write)
-    failed, restarted = retry.change.events
-    assert (failed.kind, failed.attempt) == ("attempt_failed", 1)
+    # The failure is recorded before the wait, in a commit of its own: the history says
+    # it failed, how long it ran and when the next attempt is due while the wait lasts.
+    assert isinstance(failure, effects.Write)
+    assert failure.change.steps == ()
+    (failed,) = failure.change.events
+    assert (failed.kind, failed.step, failed.attempt) == ("attempt_failed", "reserve", 1)
     assert failed.detail is not None
     assert failed.detail["error"] == "ConnectionError: reset by peer"
+    assert failed.detail["delay"] == 0.25
+    assert failed.detail["took"] >= 0
+    assert sleep == effects.Sleep(0.25)  # tenacity's decision, yielded, not slept
+    assert isinstance(retry, effects.Write)
+    (restarted,) = retry.change.events
     assert (restarted.kind, restarted.attempt) == ("step_started", 2)
 
 
