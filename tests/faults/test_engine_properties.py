@@ -188,8 +188,12 @@ class EngineMachine(RuleBasedStateMachine):
         assert recorded is not None
         retried = declared.kind is StepKind.RETRIABLE or not for_good
         if retried and declared.retry.allows(recorded.attempt + 1):
+            # As the engine does: the failed attempt in a commit of its own before the
+            # wait, then the next attempt's start.
+            failed = engine.attempt_failed(name, recorded.attempt, "boom", 0.0, 1.0)
+            self._write([], [failed])
             start = engine.start(self.durable, recorded, recorded.attempt + 1)
-            self._write([start], list(engine.started_event(start, "boom")))
+            self._write([start], list(engine.started_event(start)))
         else:
             self._fail(name, RuntimeError("boom"))
         figures.count("engine rules")
