@@ -63,16 +63,18 @@ class Heartbeat:
     cancel request or a passed deadline calls the holder's ``on_stop`` (from
     the heartbeat thread): the async driver uses it to cancel a long step.
 
-    With an ``owner`` and a store that :class:`~saga.ports.KnowsOwners`, the first
-    saga held records the owner as alive, and every renewal checks that the record
-    still proves it: a claimer may then take this process's sagas at once once it has
-    died, instead of waiting for their leases (see docs/recovery.md).
+    With an ``owner`` and a store that :class:`~saga.ports.KnowsOwners`, the owner
+    is recorded as alive before its first creation or claim (:meth:`register`), and
+    every renewal checks that the record still proves it: once this process has
+    died, a claimer may take its sagas at once instead of waiting for their leases
+    (see docs/recovery.md).
     """
 
     def __init__(self, store: SagaStore, lease_ttl: float, owner: str | None = None) -> None:
         self.store = store
         self.owner = owner
-        self._registered = False
+        self.registered = False
+        self._knows_owners = owner is not None and isinstance(store, KnowsOwners)
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.interval = renewal_interval(self.lease_ttl)
         self._held: dict[str, tuple[int, OnStop | None]] = {}
@@ -84,7 +86,7 @@ class Heartbeat:
     @contextlib.contextmanager
     def holding(self, saga_id: str, epoch: int, on_stop: OnStop | None = None) -> Iterator[None]:
         """Keep ``saga_id``'s lease alive while the block runs."""
-        self._register()
+        self.register()
         with self._lock:
             self._held[saga_id] = (epoch, on_stop)
             self._start()
@@ -101,22 +103,25 @@ class Heartbeat:
             self._thread = threading.Thread(target=self._loop, name="saga-heartbeat", daemon=True)
             self._thread.start()
 
-    def _register(self) -> None:
-        """Record this owner as alive, before the first saga it holds (once)."""
-        if self._registered or self.owner is None or not isinstance(self.store, KnowsOwners):
+    def register(self) -> None:
+        """Record this owner as alive (once; a failure is logged and tried again later):
+        before any saga row names it, so that no saga of a killed process lacks it."""
+        if self.registered or not self._knows_owners:
             return
+        assert self.owner is not None and isinstance(self.store, KnowsOwners)
         try:
             self.store.register_owner(self.owner)
         except StorageError as error:  # the next renewal tries again; meanwhile: leases only
             _log.warning("could not record owner %s as alive: %s", self.owner, error)
             return
-        self._registered = True
+        self.registered = True
 
     def release(self) -> None:
         """Forget this owner in the store (its coordinator closes, holding nothing)."""
-        if self._registered and self.owner is not None and isinstance(self.store, KnowsOwners):
+        if self.registered:
+            assert self.owner is not None and isinstance(self.store, KnowsOwners)
             self.store.release_owner(self.owner)
-            self._registered = False
+            self.registered = False
 
     def stop(self) -> None:
         self._stopping = True
@@ -136,9 +141,10 @@ class Heartbeat:
         self._wake.clear()
 
     def _keep_alive(self) -> None:
-        if not self._registered:
-            self._register()
-        elif isinstance(self.store, KnowsOwners):
+        if not self.registered:
+            self.register()
+        elif self._knows_owners:
+            assert isinstance(self.store, KnowsOwners)
             try:
                 self.store.keep_owners()
             except StorageError as error:

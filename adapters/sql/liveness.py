@@ -63,6 +63,7 @@ from sqlalchemy.pool import NullPool
 from . import reads
 from . import tables as t
 from .dialect import Dialect
+from .sqlite_writer import is_file_database
 
 _log = logging.getLogger("saga.store")
 _ACTIVITY = table("pg_stat_activity", column("pid"), column("backend_start"))
@@ -195,7 +196,8 @@ class OwnerLiveness:
     """What an owner records of itself, and (PostgreSQL) the session that proves it alive."""
 
     def __init__(self, engine: Engine, dialect: Dialect, connect_args: dict[str, Any]) -> None:
-        self._engine = engine
+        self._url = engine.url.render_as_string(hide_password=False)
+        self._records: Engine | None = None
         self._dialect = dialect
         self._connect_args = connect_args
         self._lock = threading.Lock()
@@ -209,8 +211,8 @@ class OwnerLiveness:
                 return
             if self._dialect.name == "postgresql":
                 self._register_session(owner)
-            elif self._dialect.name == "sqlite":
-                self._register_process(owner)
+            elif self._dialect.name == "sqlite" and is_file_database(self._url):
+                self._register_process(owner)  # (an in-memory database has one process)
             self._owners.add(owner)
 
     def keep(self) -> None:
@@ -235,7 +237,7 @@ class OwnerLiveness:
             if owner not in self._owners:
                 return
             self._owners.discard(owner)
-            with contextlib.suppress(SQLAlchemyError), self._engine.begin() as connection:
+            with contextlib.suppress(SQLAlchemyError), self._recording() as connection:
                 connection.execute(delete(t.owners).where(t.owners.c.owner == owner))
             if not self._owners:
                 self._close_session()
@@ -244,6 +246,25 @@ class OwnerLiveness:
         """Close the liveness session (the store closes): its owners look dead from now."""
         with self._lock:
             self._close_session()
+            if self._records is not None:
+                self._records.dispose()
+                self._records = None
+
+    def _recording(self) -> contextlib.AbstractContextManager[Connection]:
+        """A transaction on connections of our own: recording an owner is no statement of
+        the store's sagas (nor a boundary where tests/interleave.py pauses an actor)."""
+        if self._records is None:
+            self._records = (
+                self._dialect.create_engine(self._url)  # WAL, busy timeout, IMMEDIATE
+                if self._dialect.name == "sqlite"
+                else create_engine(
+                    self._url,
+                    poolclass=NullPool,
+                    hide_parameters=True,
+                    connect_args=self._connect_args,
+                )
+            )
+        return self._records.begin()
 
     def _register_process(self, owner: str) -> None:
         pid = os.getpid()
@@ -254,7 +275,7 @@ class OwnerLiveness:
             "process_start": process_start(pid),
         }
         statement = sqlite_insert(t.owners).values(**row, registered_at=self._dialect.now())
-        with self._engine.begin() as connection:
+        with self._recording() as connection:
             connection.execute(statement.on_conflict_do_nothing())
             forgotten = _dead_on_this_host(connection, self._dialect, None, holding=False)
             connection.execute(delete(t.owners).where(t.owners.c.owner.in_(forgotten)))
@@ -294,7 +315,7 @@ class OwnerLiveness:
         if self._session is not None:
             return self._session
         engine = create_engine(
-            self._engine.url,
+            self._url,
             poolclass=NullPool,
             isolation_level="AUTOCOMMIT",
             hide_parameters=True,
