@@ -27,7 +27,7 @@ from pathlib import Path
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from saga import Coordinator, Saga, StepContext, SagaStatus
+from saga import Coordinator, Saga, SagaStatus, StepContext
 
 ROOT = Path(__file__).resolve().parents[1]
 POLL = 0.005  # seconds between two looks at the saga: the figures' resolution

@@ -108,7 +108,8 @@ class Heartbeat:
         before any saga row names it, so that no saga of a killed process lacks it."""
         if self.registered or not self._knows_owners:
             return
-        assert self.owner is not None and isinstance(self.store, KnowsOwners)
+        assert self.owner is not None
+        assert isinstance(self.store, KnowsOwners)
         try:
             self.store.register_owner(self.owner)
         except StorageError as error:  # the next renewal tries again; meanwhile: leases only
@@ -119,7 +120,8 @@ class Heartbeat:
     def release(self) -> None:
         """Forget this owner in the store (its coordinator closes, holding nothing)."""
         if self.registered:
-            assert self.owner is not None and isinstance(self.store, KnowsOwners)
+            assert self.owner is not None
+            assert isinstance(self.store, KnowsOwners)
             self.store.release_owner(self.owner)
             self.registered = False
 

@@ -72,11 +72,13 @@ def test_a_killed_owners_saga_is_taken_at_once_by_its_key(
     owner = _owner(kind, db_url, "k1", log, freeze=False)
     assert owner.wait(60) == -signal.SIGKILL, log_tail(log)
     stuck = caller.get(key="k1")
-    assert stuck.status is SagaStatus.RUNNING and stuck.owner is not None
+    assert stuck.status is SagaStatus.RUNNING
+    assert stuck.owner is not None
     assert _rerun(kind, caller, "k1") == EXPECTED[kind]  # not SagaBusyError
     history = caller.history(stuck.id)
     claims = [event for event in history if event.kind == "lease_claimed"]
-    assert claims and claims[-1].detail["owner"] == caller.owner
+    assert claims
+    assert claims[-1].detail["owner"] == caller.owner
 
 
 @pytest.mark.parametrize("kind", ["declarative", "block"])
@@ -112,7 +114,8 @@ def test_a_running_worker_takes_a_killed_owners_saga(db_url: str, tmp_path: Path
             # Well inside the owner's 600 s lease: only its death lets the worker in.
             _wait_for(lambda: reader.get(key="k1").status is SagaStatus.COMPLETED, timeout=60)
             view = reader.get(key="k1")
-            assert view.owner is None and view.results["charge"] == "C-k1"
+            assert view.owner is None
+            assert view.results["charge"] == "C-k1"
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
