@@ -83,12 +83,9 @@ def host_identity() -> str:
     """This host as a process table sees it: the host name, the kernel's boot id and the
     pid namespace (two containers may share a name, a pid means nothing across a reboot)."""
     parts = [socket.gethostname()]
-    for read in (
-        lambda: Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
-        lambda: os.readlink("/proc/self/ns/pid"),
-    ):
-        with contextlib.suppress(OSError):
-            parts.append(read())
+    with contextlib.suppress(OSError):  # no /proc: the host name is all there is
+        parts.append(Path("/proc/sys/kernel/random/boot_id").read_text().strip())
+        parts.append(os.readlink("/proc/self/ns/pid"))
     return "|".join(parts)
 
 
