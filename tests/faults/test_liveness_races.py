@@ -88,3 +88,19 @@ def test_a_claimer_and_the_owners_liveness_record(db_url: str, renewed: bool) ->
             assert (view.status, view.epoch) == (SagaStatus.COMPLETED, 2)
             history = run.observer.history(view.id)
             assert all(e.epoch == 2 for e in history if e.step == "charge")
+
+
+def test_an_owner_is_recorded_before_its_first_saga_names_it(db_url: str) -> None:
+    """Killed between its saga's creation and its first renewal, a process must already
+    be known: its record is written before the creation, not when it first holds a saga."""
+    with Interleaving(db_url, sagas=[order]) as run:
+        coord = run.coordinator()
+        owner = run.actor("owner", lambda: coord.run(order, {"item": "k"}, key="k"), coord)
+        assert owner.run_until(lambda b: b.kind == "hot.create") is not None
+        engine = run.observer.store.engine  # type: ignore[attr-defined]
+        o = tables.owners.c
+        with engine.connect() as connection:
+            recorded = connection.execute(select(o.owner).where(o.owner == coord.owner)).all()
+        assert len(recorded) == 1
+        owner.run_to_end()
+        assert owner.outcome == "returned"
