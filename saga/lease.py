@@ -139,7 +139,9 @@ class Heartbeat:
                 held = dict(self._held)
             if held:
                 self._renew(held)
-                self._keep_alive()
+            # Also while idle: a session dropped by an idle timeout or a firewall would
+            # make the next saga's owner look dead until the next check.
+            self._keep_alive()
         self._wake.clear()
 
     def _keep_alive(self) -> None:
