@@ -94,10 +94,8 @@ def process_start(pid: int) -> str | None:
     is no /proc; raises ``ProcessLookupError`` if no such process runs (or a zombie)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        if Path("/proc/self/stat").exists():
-            raise ProcessLookupError(pid) from None
-        os.kill(pid, 0)  # no /proc: whether the pid exists is all that can be known
+    except OSError:  # no /proc, or another user's process hidden there (hidepid)
+        os.kill(pid, 0)  # ProcessLookupError if none; PermissionError: it exists
         return None
     fields = stat.rsplit(")", 1)[1].split()  # the command name may hold spaces and ')'
     if fields[0] in _GONE_STATES:
