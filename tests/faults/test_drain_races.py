@@ -9,7 +9,10 @@ For every free boundary j of the owner's run after the saga's creation
 (counted by a dry run: :func:`census`), on SQLite and PostgreSQL, the owner
 stalls before boundary j and then, in the order the case says:
 
-* ``drain``: the drain is requested, the owner goes on;
+* ``drain``: the drain is requested, the owner goes on; it must hand the saga
+  back (``SagaHandedBack``) if a step boundary is still ahead of it, the start
+  of the compensation's retry after its backoff included (the drain cuts the
+  wait short), and otherwise finish (``SagaFailed``);
 * ``drain-rival-waits``: a rival recoverer starts and stops before its first
   statement, the drain is requested, the owner goes on (it hands the saga back
   at the next step boundary, or finishes), then the rival goes on: it must
@@ -273,16 +276,32 @@ def test_a_drain_racing_the_owner_hands_back_cleanly(
         case = Case(run, owner, coord, created.saga_id, lease)
         problems = act(case)
         header = f"saga {case.saga_id}: owner stalled at {at}; {order}, owner {owner.outcome}"
-        problems += _owner_outcome(case, order) + _handed_back_free(case)
+        due = boundary_still_ahead(boundaries, j)
+        problems += _owner_outcome(case, order, due) + _handed_back_free(case)
         problems += _never_stale(case) + _settled(case, order)
     races.verdict(header, problems)
 
 
-def _owner_outcome(case: Case, order: str) -> list[str]:
+def boundary_still_ahead(boundaries: list[Boundary], j: int) -> bool:
+    """Whether the owner, drained while stopped before ``boundaries[j]``, still meets a
+    step boundary where it looks at the drain: every boundary up to the start of the
+    compensation's first attempt, whose backoff the drain cuts short. The commit that
+    starts its second attempt comes after the last look: the owner then finishes."""
+    last_look = next(
+        i
+        for i, b in enumerate(boundaries)
+        if b.change is not None
+        and any(e.kind == "compensation_attempt_failed" for e in b.change.events)
+    )
+    return j < last_look
+
+
+def _owner_outcome(case: Case, order: str, handed_back: bool) -> list[str]:
     if order == "drain-rival-takes-over":
         return []  # judged there: fenced
-    allowed = (races.SagaFailed, SagaHandedBack)
-    return races.bad_outcome("the owner", case.owner.error, allowed)
+    expected = SagaHandedBack if handed_back else races.SagaFailed
+    problems = races.bad_outcome("the owner", case.owner.error, (expected,))
+    return [f"{p} (expected {expected.__name__})" for p in problems]
 
 
 def _handed_back_free(case: Case) -> list[str]:
