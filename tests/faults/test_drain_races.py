@@ -25,6 +25,9 @@ stalls before boundary j and then, in the order the case says:
 * ``drain-then-cancel`` / ``drain-then-compensate``: the drain, the verb stops
   before its first statement, the owner goes on, the verb goes on.
 
+An owner run by the asyncio driver (``AsyncCoordinator``, its native
+PostgreSQL path included) is swept with ``drain`` and ``drain-rival-waits``.
+
 What must hold after every interleaving: no step and no compensation runs in
 two places at once; nothing is written or called under a stale epoch (the
 events' and the calls' epochs never go down, and a fenced owner changes no
@@ -37,6 +40,7 @@ and ``reserve`` compensated.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 import threading
@@ -46,6 +50,7 @@ from typing import Any
 import pytest
 
 from saga import (
+    AsyncCoordinator,
     Coordinator,
     RetryPolicy,
     Saga,
@@ -134,13 +139,16 @@ def _declare() -> Saga:
 DRAINED = _declare()
 
 
+Drainable = Coordinator | AsyncCoordinator
+
+
 @dataclasses.dataclass
 class Case:
     """One interleaving: the actors, and what the owner's lease is."""
 
     run: Interleaving
     owner: Actor
-    owner_coord: Coordinator
+    owner_coord: Drainable
     saga_id: str
     lease: float
 
@@ -213,11 +221,14 @@ ORDERS: dict[str, tuple[float, Callable[[Case], list[str]]]] = {
     "drain-then-cancel": (LONG, _drain_then_verb("cancel")),
     "drain-then-compensate": (LONG, _drain_then_verb("compensate")),
 }
+DRIVERS = ["threads", "asyncio"]
+ASYNC_ORDERS = ("drain", "drain-rival-waits")
+"""What the asyncio driver's owner is swept with (its drain is the same flag)."""
 WIDTH = {"sqlite": 8, "postgres": 8}
 """Owner boundaries swept after its creation, per backend; :func:`test_the_owner_fits_the_sweep`
 fails unless a dry run finds exactly these."""
 
-_CENSUS: dict[str, list[Boundary]] = {}
+_CENSUS: dict[tuple[str, str], list[Boundary]] = {}
 
 
 @pytest.fixture(autouse=True)
@@ -229,25 +240,33 @@ def _fresh_calls() -> None:
     races.reset_calls()
 
 
-def _owner(run: Interleaving, lease: float) -> tuple[Actor, Coordinator]:
+def _owner(run: Interleaving, lease: float, driver: str) -> tuple[Actor, Drainable]:
+    """The owner actor, run by the thread driver or (``asyncio``) the asyncio one."""
+    if driver == "asyncio":
+        aio = run.async_coordinator(lease_ttl=lease)
+        go: Callable[[], Any] = lambda: asyncio.run(aio.run(DRAINED, {}, key="drain-1"))  # noqa: E731
+        owner = run.actor("owner", go, aio)
+        owner.hold_heartbeat()
+        return owner, aio
     coord = run.coordinator(lease_ttl=lease)
     owner = run.actor("owner", lambda: coord.run(DRAINED, {}, key="drain-1"), coord)
     owner.hold_heartbeat()
     return owner, coord
 
 
-def census(backend: str, fresh_url: FreshUrl) -> list[Boundary]:
+def census(backend: str, driver: str, fresh_url: FreshUrl) -> list[Boundary]:
     """The owner's free boundaries after the saga's creation, from a dry run alone."""
-    if backend not in _CENSUS:
+    if (backend, driver) not in _CENSUS:
         with Interleaving(fresh_url(), sagas=[DRAINED]) as run:
-            owner, _ = _owner(run, LONG)
+            owner, _ = _owner(run, LONG, driver)
             owner.run_to_end()
-            _CENSUS[backend] = [b for b in owner.boundaries[1:] if b.free]
-    return _CENSUS[backend]
+            _CENSUS[backend, driver] = [b for b in owner.boundaries[1:] if b.free]
+    return _CENSUS[backend, driver]
 
 
-def test_the_owner_fits_the_sweep(backend: str, fresh_url: FreshUrl) -> None:
-    found = census(backend, fresh_url)
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_the_owner_fits_the_sweep(driver: str, backend: str, fresh_url: FreshUrl) -> None:
+    found = census(backend, driver, fresh_url)
     listed = "\n  ".join(map(str, found))
     assert len(found) == WIDTH[backend], f"set WIDTH to {len(found)}:\n  {listed}"
 
@@ -261,15 +280,16 @@ def _cases() -> list[Any]:
 
 
 @pytest.mark.parametrize(("backend", "j"), _cases(), ids=lambda x: x)
-@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("order", [*ORDERS, *(f"asyncio:{o}" for o in ASYNC_ORDERS)])
 def test_a_drain_racing_the_owner_hands_back_cleanly(
     order: str, j: int, backend: str, fresh_url: FreshUrl
 ) -> None:
-    boundaries = census(backend, fresh_url)
+    driver, _, order = order.rpartition(":")
+    boundaries = census(backend, driver or "threads", fresh_url)
     assert j < len(boundaries), f"the owner has {len(boundaries)} free boundaries: fix WIDTH"
     lease, act = ORDERS[order]
     with Interleaving(fresh_url(), sagas=[DRAINED]) as run:
-        owner, coord = _owner(run, lease)
+        owner, coord = _owner(run, lease, driver or "threads")
         at = owner.run_until(boundaries[j].index)
         assert at is not None, f"the owner finished before {boundaries[j]}: {owner}"
         assert at.sql == boundaries[j].sql, f"census mismatch: {at} is not {boundaries[j]}"
