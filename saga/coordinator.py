@@ -101,7 +101,7 @@ class Coordinator:
         self.lease_ttl = lease_ttl
         self.owner = new_owner_id()
         self.resolver = Resolver(trusted_modules)
-        self.heartbeat = Heartbeat(self.store, lease_ttl, self.owner)
+        self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.flows = Flows(payload_limit, self.resolver)
         self.driver = ThreadDriver(
             self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
@@ -123,7 +123,6 @@ class Coordinator:
         seconds at most), close the resources handed over to it and release the database
         connections."""
         self.heartbeat.stop()
-        self.heartbeat.release()
         self.listeners.close()
         self.resources.close()
         self.store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks import saga_bench, takeover
+from benchmarks import saga_bench
 from benchmarks.common import W1, Result
 
 
@@ -18,11 +18,3 @@ def test_saga_workload_1_runs_and_reports_its_figures(tmp_path: Path) -> None:
     assert result.seconds > 0
     assert result.sagas_per_s > 0
     assert 0 < result.p50_ms <= result.p99_ms
-
-
-def test_the_takeover_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
-    figures = takeover.measure(f"sqlite:///{tmp_path}/takeover.db", kills=2)
-
-    assert len(figures) == 2
-    assert all(seconds > 0 for seconds in figures)
-    assert takeover.report("sqlite", figures).startswith("sqlite: 2 kills, SIGKILL to claim p50 ")
