@@ -15,7 +15,7 @@ from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.drivers.tasks import TaskDriver
 from saga.listening import Listener
-from saga.policy import STORE_RETRY, RetryPolicy
+from saga.policy import DEFAULT_COMPENSATION_RETRY, STORE_RETRY, RetryPolicy
 from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
@@ -44,6 +44,7 @@ class AsyncCoordinator:
         log_events: bool = True,
         create_tables: bool = True,
         resources: Mapping[str, Any] | None = None,
+        compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
     ) -> None:
         self.sync = Coordinator(
             url,
@@ -57,6 +58,7 @@ class AsyncCoordinator:
             log_events=log_events,
             create_tables=create_tables,
             resources=resources,
+            compensation_retry=compensation_retry,
         )
         self.listeners = self.sync.listeners
         self.resources = self.sync.resources

@@ -27,7 +27,7 @@ from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack,
 from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep, hand_back, write
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga.failure import compensation_failed
-from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
+from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord
 from saga.refs import Resolver
 from saga.result_types import Read
@@ -223,4 +223,4 @@ def compensation(
     def undo_call(context: StepContext) -> Any:
         return function(context.result, *args["args"], **args["kwargs"])
 
-    return undo_call, DEFAULT_COMPENSATION_RETRY
+    return undo_call, resolver.compensation_retry
