@@ -24,7 +24,12 @@ from saga.errors import (
 from saga.lease import Heartbeat
 from saga.listening import Listener, Listeners
 from saga.logs import LogListener
-from saga.policy import DEFAULT_COMPENSATION_RETRY, STORE_RETRY, RetryPolicy
+from saga.policy import (
+    DEFAULT_COMPENSATION_RETRY,
+    INLINE_COMPENSATION_WAIT,
+    STORE_RETRY,
+    RetryPolicy,
+)
 from saga.ports import (
     DEFAULT_LIST_LIMIT,
     ClaimGuard,
@@ -74,7 +79,10 @@ class Coordinator:
     ``compensation_retry`` is the retry policy of context-manager compensations,
     which have no ``retry=`` of their own (a declarative step's
     ``@step.compensation(retry=...)`` still wins); by default
-    ``saga.policy.DEFAULT_COMPENSATION_RETRY``.
+    ``saga.policy.DEFAULT_COMPENSATION_RETRY``. ``compensation_wait_in_place``
+    (seconds, by default ``saga.policy.INLINE_COMPENSATION_WAIT``) is the longest wait
+    for a compensation's next attempt spent in the caller's thread: a longer one hands
+    the saga back (``SagaHandedBack``) for a worker to retry when the attempt is due.
     """
 
     def __init__(
@@ -92,6 +100,7 @@ class Coordinator:
         create_tables: bool = True,
         resources: Mapping[str, Any] | None = None,
         compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
+        compensation_wait_in_place: float = INLINE_COMPENSATION_WAIT,
     ) -> None:
         lease_ttl = lease_ttl_setting(lease_ttl)  # checked before anything is opened
         self.resources = resources if isinstance(resources, Resources) else Resources(resources)
@@ -105,7 +114,7 @@ class Coordinator:
             use_session_factory(self.store, session_factory)
         self.lease_ttl = lease_ttl
         self.owner = new_owner_id()
-        self.resolver = Resolver(trusted_modules, compensation_retry)
+        self.resolver = Resolver(trusted_modules, compensation_retry, compensation_wait_in_place)
         self.heartbeat = Heartbeat(self.store, lease_ttl, self.owner)
         self.flows = Flows(payload_limit, self.resolver)
         self.driver = ThreadDriver(

@@ -147,6 +147,14 @@ def _undo(
                 return (yield from _exhausted(cursor.record, step.name, text, error))
             attempt = recorded(cursor.record, step.name).undo_attempt
             yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
+            if (
+                delay > resolver.compensation_wait_in_place
+            ):  # a caller's thread never waits that long
+                failed = records.undo_attempt_failed(
+                    cursor.record, step.name, cursor.error, cursor.took
+                )
+                why = f"the compensation of step {step.name!r} waits {delay:.1f}s to retry"
+                raise (yield from hand_back(cursor.record, (), failed, delay, why)) from None
             yield Sleep(delay, interruptible=True)
             if (yield DRAINING):  # the failed attempt is recorded with the hand-back
                 failed = records.undo_attempt_failed(
