@@ -151,7 +151,7 @@ def _undo(
                 delay > resolver.compensation_wait_in_place
             ):  # a caller's thread never waits that long
                 failed = records.undo_attempt_failed(
-                    cursor.record, step.name, cursor.error, cursor.took
+                    cursor.record, step.name, cursor.error, cursor.took, delay
                 )
                 why = f"the compensation of step {step.name!r} waits {delay:.1f}s to retry"
                 raise (yield from hand_back(cursor.record, (), failed, delay, why)) from None

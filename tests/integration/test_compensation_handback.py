@@ -7,10 +7,15 @@ the budget is spent. On SQLite and PostgreSQL (``db_url``).
 
 from __future__ import annotations
 
+import datetime
+import json
+from pathlib import Path
+
 import pytest
 
 from saga import RetryPolicy, Saga, SagaHandedBack, SagaStatus, StepContext, admin
 from saga.admin.recovery import HANDED_BACK_REASON, Result
+from tests.cli.conftest import run_saga
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import expire_lease, kinds
 
@@ -46,7 +51,7 @@ def _saga(name: str, attempts: int, down: list[bool], tries: list[int]) -> Saga:
 
 
 def test_a_long_compensation_wait_hands_the_saga_back_until_it_is_due(
-    make_coord: MakeCoordinator,
+    make_coord: MakeCoordinator, db_url: str, tmp_path: Path
 ) -> None:
     down, tries = [True], []
     saga = _saga("handback-recovers", 5, down, tries)
@@ -62,6 +67,7 @@ def test_a_long_compensation_wait_hands_the_saga_back_until_it_is_due(
     assert view.updated_at is not None
     assert view.lease_expires_at - view.updated_at == pytest.approx(NEXT_WAIT, abs=1.0)
     assert kinds(caller, view.id)[-2:] == ["compensation_attempt_failed", "lease_released"]
+    _show_says_when_the_next_attempt_is_due(db_url, view.id, view.lease_expires_at, tmp_path)
 
     recoverer = make_coord()
     recoverer.register(saga)
@@ -73,6 +79,21 @@ def test_a_long_compensation_wait_hands_the_saga_back_until_it_is_due(
     (outcome,) = recoverer.recover().outcomes
     assert outcome.status is SagaStatus.COMPENSATED
     assert tries == [1, 2]  # the attempt count went on across processes
+
+
+def _show_says_when_the_next_attempt_is_due(
+    db_url: str, saga_id: str, due: float, tmp_path: Path
+) -> None:
+    shown = run_saga("--db", db_url, "show", saga_id, "--json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    (step,) = [s for s in json.loads(shown.stdout)["steps"] if s["name"] == "charge"]
+    wait = step["retry_wait"]
+    assert wait["error"] == "ConnectionError: bank unreachable"
+    at = datetime.datetime.fromisoformat(wait["next_attempt_at"].replace("Z", "+00:00"))
+    assert at.timestamp() == pytest.approx(due, abs=1.0)  # when a worker will claim it
+    text = run_saga("--db", db_url, "show", saga_id, cwd=tmp_path).stdout
+    assert "compensation attempt 1 failed: ConnectionError: bank unreachable" in text
+    assert "next attempt at" in text
 
 
 def test_a_handed_back_compensation_fails_for_good_once_its_budget_is_spent(
