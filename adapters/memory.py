@@ -344,11 +344,12 @@ def _saga_changes(change: Commit, now: float) -> dict[str, Any]:
     """The instance columns a commit sets, as the SQL store sets them.
 
     The lease is left alone (the heartbeat renews it) unless the commit
-    releases it, which expires it at once: an unfinished saga shows as stuck.
+    releases it, which expires it at once (an unfinished saga shows as stuck) or
+    ``release_for`` seconds later.
     """
     values: dict[str, Any] = {"updated_at": now}
     if change.release:
-        values.update(owner=None, lease_expires_at=now)
+        values.update(owner=None, lease_expires_at=now + change.release_for)
     if change.status is not None:
         values["status"] = change.status
     if change.error is not None:

@@ -15,7 +15,12 @@ from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.drivers.tasks import TaskDriver
 from saga.listening import Listener
-from saga.policy import STORE_RETRY, RetryPolicy
+from saga.policy import (
+    DEFAULT_COMPENSATION_RETRY,
+    INLINE_COMPENSATION_WAIT,
+    STORE_RETRY,
+    RetryPolicy,
+)
 from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
@@ -44,6 +49,8 @@ class AsyncCoordinator:
         log_events: bool = True,
         create_tables: bool = True,
         resources: Mapping[str, Any] | None = None,
+        compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
+        compensation_wait_in_place: float = INLINE_COMPENSATION_WAIT,
     ) -> None:
         self.sync = Coordinator(
             url,
@@ -57,6 +64,8 @@ class AsyncCoordinator:
             log_events=log_events,
             create_tables=create_tables,
             resources=resources,
+            compensation_retry=compensation_retry,
+            compensation_wait_in_place=compensation_wait_in_place,
         )
         self.listeners = self.sync.listeners
         self.resources = self.sync.resources

@@ -24,7 +24,12 @@ from saga.errors import (
 from saga.lease import Heartbeat
 from saga.listening import Listener, Listeners
 from saga.logs import LogListener
-from saga.policy import STORE_RETRY, RetryPolicy
+from saga.policy import (
+    DEFAULT_COMPENSATION_RETRY,
+    INLINE_COMPENSATION_WAIT,
+    STORE_RETRY,
+    RetryPolicy,
+)
 from saga.ports import (
     DEFAULT_LIST_LIMIT,
     ClaimGuard,
@@ -71,6 +76,13 @@ class Coordinator:
     tables is refused (``DatabaseNotFoundError``) instead of created on first use.
     ``resources`` (names to clients, pools, settings) are given to every step as
     ``ctx.resources``; more with ``coord.resources.add(...)`` (see ``saga.resources``).
+    ``compensation_retry`` is the retry policy of context-manager compensations,
+    which have no ``retry=`` of their own (a declarative step's
+    ``@step.compensation(retry=...)`` still wins); by default
+    ``saga.policy.DEFAULT_COMPENSATION_RETRY``. ``compensation_wait_in_place``
+    (seconds, by default ``saga.policy.INLINE_COMPENSATION_WAIT``) is the longest wait
+    for a compensation's next attempt spent in the caller's thread: a longer one hands
+    the saga back (``SagaHandedBack``) for a worker to retry when the attempt is due.
     """
 
     def __init__(
@@ -87,6 +99,8 @@ class Coordinator:
         log_events: bool = True,
         create_tables: bool = True,
         resources: Mapping[str, Any] | None = None,
+        compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
+        compensation_wait_in_place: float = INLINE_COMPENSATION_WAIT,
     ) -> None:
         lease_ttl = lease_ttl_setting(lease_ttl)  # checked before anything is opened
         self.resources = resources if isinstance(resources, Resources) else Resources(resources)
@@ -100,7 +114,7 @@ class Coordinator:
             use_session_factory(self.store, session_factory)
         self.lease_ttl = lease_ttl
         self.owner = new_owner_id()
-        self.resolver = Resolver(trusted_modules)
+        self.resolver = Resolver(trusted_modules, compensation_retry, compensation_wait_in_place)
         self.heartbeat = Heartbeat(self.store, lease_ttl)
         self.flows = Flows(payload_limit, self.resolver)
         self.driver = ThreadDriver(

@@ -207,13 +207,20 @@ LeaseLost = LeaseLostError
 class SagaHandedBack(SagaError):
     """This process is stopping (``Coordinator.drain()``): it handed the saga's lease
     back at a step boundary, and any other process may finish it at once. Nothing
-    failed: the saga is as it was, ``running`` or ``compensating``."""
+    failed: the saga is as it was, ``running`` or ``compensating``.
 
-    def __init__(self, saga_id: str, status: SagaStatus) -> None:
+    Also raised, with ``why``, when a compensation failed and its next attempt is due
+    only after a long wait (more than ``saga.policy.INLINE_COMPENSATION_WAIT``): the
+    failed attempt is recorded, the saga stays ``compensating`` with no owner, and a
+    worker (``saga worker``, ``coord.recover()``) retries it once the wait is over."""
+
+    def __init__(self, saga_id: str, status: SagaStatus, why: str | None = None) -> None:
         self.saga_id = saga_id
         self.status = status
+        self.why = why
+        reason = why or "this process is stopping"
         super().__init__(
-            f"saga {saga_id} handed back while {status.value}: this process is stopping, "
+            f"saga {saga_id} handed back while {status.value}: {reason}, "
             "and another process (a worker, a retry of the same key) finishes it"
         )
 

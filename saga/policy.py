@@ -181,6 +181,14 @@ DEFAULT_RETRIABLE_RETRY = RetryPolicy(max_attempts=None, max_delay=30.0, retry_o
 DEFAULT_COMPENSATION_RETRY = RetryPolicy(max_attempts=5, retry_on=(Exception,))
 """Compensations: five attempts on any error, then the saga is ``failed``."""
 
+INLINE_COMPENSATION_WAIT = 3.0
+"""The longest wait (s) before a compensation's next attempt that the process unwinding
+spends in place (in the caller's thread, for ``coord.run`` or a ``with`` block). A
+longer one hands the saga back instead: the failed attempt is recorded, the lease is
+released until the next attempt is due, and ``SagaHandedBack`` is raised; a worker
+(``saga worker``, ``coord.recover()``) claims the saga when that time comes, and the
+stored attempt count carries the backoff on."""
+
 STORE_RETRY = RetryPolicy(
     max_attempts=None,
     initial_delay=0.05,

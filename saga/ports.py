@@ -150,7 +150,10 @@ class Commit:
     """Everything one transaction writes for one saga, fenced by ``epoch``.
 
     ``token`` lets a retry after a lost commit acknowledgement recognise its
-    own earlier write. ``release`` drops the lease (the saga is terminal).
+    own earlier write. ``release`` drops the lease (the saga is terminal, or handed
+    back); it then expires ``release_for`` seconds after the commit (0: at once), so
+    that no recoverer claims the saga before then (a compensation waiting out its
+    backoff is claimed when its next attempt is due).
     """
 
     saga_id: str
@@ -160,6 +163,7 @@ class Commit:
     steps: tuple[StepWrite, ...] = ()
     events: tuple[Event, ...] = ()
     release: bool = False
+    release_for: float = 0.0
     token: str = dataclasses.field(default_factory=_token)
 
 

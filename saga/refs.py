@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from saga.errors import UnsafeReferenceError
+from saga.policy import DEFAULT_COMPENSATION_RETRY, INLINE_COMPENSATION_WAIT, RetryPolicy
 
 _known: dict[str, Callable[..., Any]] = {}
 
@@ -91,8 +92,19 @@ def _lookup(module_name: str, qualname: str) -> object:
 class Resolver:
     """Resolves stored references, trusting only known functions and named modules."""
 
-    def __init__(self, trusted_modules: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        trusted_modules: Iterable[str] = (),
+        compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
+        compensation_wait_in_place: float = INLINE_COMPENSATION_WAIT,
+    ) -> None:
         self.trusted_modules = tuple(trusted_modules)
+        # A compensation stored by reference (a context-manager step's) carries no
+        # policy of its own: it resolves to this one, the coordinator's setting.
+        self.compensation_retry = compensation_retry
+        # How long an unwinding process waits in place for a compensation's next attempt;
+        # a longer wait hands the saga back (see saga.policy.INLINE_COMPENSATION_WAIT).
+        self.compensation_wait_in_place = compensation_wait_in_place
 
     def trust(self, module: str) -> None:
         """Trust every function in ``module`` and its submodules."""

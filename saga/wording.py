@@ -39,12 +39,15 @@ def iso_time(seconds: float | None) -> str | None:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_RETRIED = ("attempt_failed", "compensation_attempt_failed")
+
+
 def next_attempt_at(event: Described) -> float | None:
     """When the attempt after a failed one is due: an ``attempt_failed`` is recorded as
     its attempt fails, before the retry wait of ``delay`` seconds (None for one written
     by an earlier release, with the next attempt's start)."""
     delay = (event.detail or {}).get("delay")
-    if event.kind != "attempt_failed" or not isinstance(delay, int | float):
+    if event.kind not in _RETRIED or not isinstance(delay, int | float):
         return None
     return event.at + float(delay)
 
@@ -52,7 +55,8 @@ def next_attempt_at(event: Described) -> float | None:
 def attempt_failed_text(event: Described) -> str:
     """``attempt 1 failed: E; next attempt at T`` (what ``saga show`` and the console say
     of a step waiting to retry, and the history of its failure)."""
-    text = f"attempt {event.attempt} failed: {(event.detail or {}).get('error')}"
+    undo = "compensation " if event.kind == "compensation_attempt_failed" else ""
+    text = f"{undo}attempt {event.attempt} failed: {(event.detail or {}).get('error')}"
     due = next_attempt_at(event)
     return text if due is None else f"{text}; next attempt at {iso_time(due)}"
 

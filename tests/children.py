@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from saga import Coordinator, RecoveryOutcome, SagaStatus
+from saga import Coordinator, RecoveryOutcome, RetryPolicy, SagaStatus
+from saga.policy import DEFAULT_COMPENSATION_RETRY
 from saga.testing.forkserver import Ended
 from saga.testing.forkserver import ForkServer as SharedForkServer
 from saga.testing.runner import settle
@@ -188,10 +189,19 @@ class CommandLine:
 
 
 def recoverer(
-    url: str, trusted: Sequence[str], lease_ttl: float = RECOVERY_LEASE_TTL
+    url: str,
+    trusted: Sequence[str],
+    lease_ttl: float = RECOVERY_LEASE_TTL,
+    compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
 ) -> Coordinator:
-    """A recovering coordinator that may compensate the context-manager sagas of ``trusted``."""
-    return Coordinator(url, lease_ttl=lease_ttl, trusted_modules=list(trusted))
+    """A recovering coordinator that may compensate the context-manager sagas of ``trusted``
+    (with ``compensation_retry``, as the application that ran them does)."""
+    return Coordinator(
+        url,
+        lease_ttl=lease_ttl,
+        trusted_modules=list(trusted),
+        compensation_retry=compensation_retry,
+    )
 
 
 def recover_until_settled(coord: Coordinator, timeout: float = 60.0) -> list[RecoveryOutcome]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,9 +220,16 @@ def ledger_path(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def coord(db_url: str) -> Iterator[Coordinator]:
+def coord_options() -> dict[str, Any]:
+    """More keyword arguments for the ``coord`` and ``any_coord`` coordinators; a test
+    module overrides this fixture to configure them (e.g. ``compensation_retry``)."""
+    return {}
+
+
+@pytest.fixture
+def coord(db_url: str, coord_options: dict[str, Any]) -> Iterator[Coordinator]:
     """A coordinator on a fresh database, closed afterwards."""
-    coordinator = Coordinator(db_url, lease_ttl=5.0)
+    coordinator = Coordinator(db_url, lease_ttl=5.0, **coord_options)
     try:
         yield coordinator
     finally:
@@ -229,15 +237,17 @@ def coord(db_url: str) -> Iterator[Coordinator]:
 
 
 @pytest.fixture(params=["sync", "async"])
-def any_coord(request: pytest.FixtureRequest, db_url: str) -> Iterator[Coordinator]:
+def any_coord(
+    request: pytest.FixtureRequest, db_url: str, coord_options: dict[str, Any]
+) -> Iterator[Coordinator]:
     """A ``Coordinator``, then the same test again with an ``AsyncCoordinator`` behind a
     blocking facade (tests/aio/facade.py): one behavioural test, both APIs."""
     if request.param == "sync":
-        coordinator = Coordinator(db_url, lease_ttl=5.0)
+        coordinator = Coordinator(db_url, lease_ttl=5.0, **coord_options)
     else:
         from tests.aio.facade import AsyncFacade
 
-        coordinator = AsyncFacade(db_url, lease_ttl=5.0)  # type: ignore[assignment]
+        coordinator = AsyncFacade(db_url, lease_ttl=5.0, **coord_options)  # type: ignore[assignment]
     try:
         yield coordinator
     finally:

@@ -266,6 +266,20 @@ class StoreContract:
         self.wait(store, 0.01)
         assert [s.id for s in store.list(ListQuery(stuck=True))] == [saga.id]
 
+    def test_a_release_for_a_while_keeps_recoverers_off_until_then(self, store: SagaStore) -> None:
+        saga = create(store)
+        store.commit(
+            Commit(saga.id, 1, status=SagaStatus.COMPENSATING, release=True, release_for=600)
+        )
+        after = loaded(store, saga.id)
+        assert after.owner is None
+        assert after.updated_at is not None
+        assert self.near(after.lease_expires_at, after.updated_at + 600)
+        assert store.claim_expired("r", TTL, limit=10) == []
+        assert store.list(ListQuery(stuck=True)) == []
+        # A claim of this very saga (a caller re-running its key) takes it all the same.
+        assert store.claim(saga.id, "b", TTL, Event("lease_claimed")).epoch == 2
+
     # -- transactional steps --------------------------------------------------------------
 
     def test_transact_applies_the_change_built_from_the_work_result(self, store: SagaStore) -> None:

@@ -129,7 +129,8 @@ _EVENT_INSERTS = (
 
 _FENCE = (
     f"fence AS (UPDATE saga_instances SET updated_at = {_NOW}, commit_token = %(token)s, "
-    f"lease_expires_at = CASE WHEN %(release)s::bool THEN {_NOW} ELSE lease_expires_at END, "
+    "lease_expires_at = CASE WHEN %(release)s::bool "
+    f"THEN {_NOW} + %(release_for)s::float8 ELSE lease_expires_at END, "
     "owner = CASE WHEN %(release)s::bool THEN NULL ELSE owner END, "
     "status = COALESCE(%(status)s::text, status), error = COALESCE(%(error)s::text, error) "
     "WHERE id = %(id)s AND epoch = %(epoch)s::int "
@@ -180,6 +181,7 @@ def commit_sql(change: Commit) -> tuple[str, dict[str, Any]]:
         "epoch": change.epoch,
         "token": change.token,
         "release": change.release,
+        "release_for": change.release_for,
         "status": None if change.status is None else change.status.value,
         "error": change.error,
     }

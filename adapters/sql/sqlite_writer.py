@@ -49,7 +49,7 @@ _FENCE = (
     "UPDATE saga_instances SET updated_at = (julianday('now') - 2440587.5) * 86400.0, "
     "commit_token = :token, "
     "lease_expires_at = CASE WHEN :release "
-    "THEN (julianday('now') - 2440587.5) * 86400.0 ELSE lease_expires_at END, "
+    "THEN (julianday('now') - 2440587.5) * 86400.0 + :release_for ELSE lease_expires_at END, "
     "owner = CASE WHEN :release THEN NULL ELSE owner END, "
     "status = COALESCE(:status, status), error = COALESCE(:error, error) "
     "WHERE id = :id AND epoch = :epoch "
@@ -126,6 +126,7 @@ class SqliteHotPath:
                 "epoch": change.epoch,
                 "token": change.token,
                 "release": change.release,
+                "release_for": change.release_for,
                 "status": None if change.status is None else change.status.value,
                 "error": change.error,
             }

@@ -107,8 +107,8 @@ def apply(connection: Connection, dialect: Dialect, change: Commit) -> bool:
     now = dialect.now()
     values: dict[str, Any] = {"updated_at": now, "commit_token": change.token}
     # The lease is left alone (the heartbeat renews it), as on the hot path.
-    if change.release:  # expired at once: an unfinished saga shows as stuck
-        values.update(owner=None, lease_expires_at=now)
+    if change.release:  # expired at once (an unfinished saga shows as stuck), or when due
+        values.update(owner=None, lease_expires_at=now + change.release_for)
     if change.status is not None:
         values["status"] = change.status.value
     if change.error is not None:

@@ -110,16 +110,33 @@ def retry_waits(view: SagaView, events: Sequence[EventRecord]) -> dict[str, Retr
     step's last forward event is then the ``attempt_failed`` of its current attempt."""
     last: dict[str, EventRecord] = {}
     for event in events:
-        if event.step is not None and event.kind in ("step_started", "attempt_failed"):
+        if event.step is not None and event.kind in _ATTEMPT_KINDS:
             last[event.step] = event
     waits: dict[str, RetryWait] = {}
     for step in view.steps:
         failed = last.get(step.name)
-        if failed is None or step.status is not StepStatus.RUNNING:
+        if failed is None:
             continue
-        if failed.kind == "attempt_failed" and failed.attempt == step.attempt:
-            waits[step.name] = RetryWait(failed)
+        if step.status is StepStatus.RUNNING and failed.kind == "attempt_failed":
+            if failed.attempt == step.attempt:
+                waits[step.name] = RetryWait(failed)
+        elif step.status is StepStatus.COMPENSATING and _handed_back(failed):
+            waits[step.name] = RetryWait(failed)  # its compensation waits for a worker
     return waits
+
+
+_ATTEMPT_KINDS = (
+    "step_started",
+    "attempt_failed",
+    "compensation_started",
+    "compensation_attempt_failed",
+)
+
+
+def _handed_back(event: EventRecord) -> bool:
+    """A compensation's failed attempt recorded with the wait to its next one: the
+    saga was handed back for that wait (one recorded with the next start has none)."""
+    return event.kind == "compensation_attempt_failed" and "delay" in (event.detail or {})
 
 
 def retry_classes(definition: Saga, names: Sequence[str]) -> dict[str, str]:

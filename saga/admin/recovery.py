@@ -30,6 +30,12 @@ class Plan(enum.StrEnum):
     SKIP = "skip"
 
 
+HANDED_BACK_REASON = (
+    "handed back: its compensation failed again and waits for its next attempt "
+    "(`saga show` says when); a worker retries it then"
+)
+
+
 class Result(enum.StrEnum):
     """How recovery of one saga ended."""
 
@@ -213,6 +219,11 @@ def _carry_out(coord: Coordinator, item: RecoveryItem) -> RecoveryItem:
         return dataclasses.replace(item, result=Result.LOST, status=None, reason=LOST_REASON)
     if outcome.error is not None:
         return dataclasses.replace(item, result=Result.FAILED, reason=outcome.error)
+    if outcome.handed_back:  # not failed: its compensation's next attempt is due later
+        reason = HANDED_BACK_REASON
+        return dataclasses.replace(
+            item, result=Result.SKIPPED, status=outcome.status, reason=reason
+        )
     status = outcome.status
     if status is SagaStatus.COMPLETED:
         return dataclasses.replace(item, result=Result.RESUMED, status=status)

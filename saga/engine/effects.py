@@ -222,12 +222,23 @@ def write(
     return records.apply(record, change, stop)
 
 
+STOPPING = "this process is stopping"
+"""Why a saga is handed back by a process that drains."""
+
+
 def hand_back(
-    record: SagaRecord, writes: Sequence[StepWrite] = (), events: Sequence[Event] = ()
+    record: SagaRecord,
+    writes: Sequence[StepWrite] = (),
+    events: Sequence[Event] = (),
+    wait: float = 0.0,
+    why: str = STOPPING,
 ) -> Flow[SagaHandedBack]:
     """Commit ``writes`` with the lease given up (fenced, like any commit), so that any
-    process may take the saga at once; return what to raise. The saga's status stays."""
-    released = Event("lease_released", detail={"why": "this process is stopping"})
-    change = dataclasses.replace(records.commit(record, writes, [*events, released]), release=True)
+    process may take the saga at once, or after ``wait`` seconds (a compensation's next
+    attempt that is due only then); return what to raise. The saga's status stays."""
+    released = Event("lease_released", detail={"why": why})
+    change = dataclasses.replace(
+        records.commit(record, writes, [*events, released]), release=True, release_for=wait
+    )
     yield Write(change, record)
-    return SagaHandedBack(record.id, record.status)
+    return SagaHandedBack(record.id, record.status, None if why == STOPPING else why)

@@ -141,15 +141,23 @@ def result_mismatch(record: SagaRecord, name: str, error: BaseException) -> Even
 
 
 def undo_attempt_failed(
-    record: SagaRecord, name: str, previous_error: str | None, took: float | None = None
+    record: SagaRecord,
+    name: str,
+    previous_error: str | None,
+    took: float | None = None,
+    delay: float | None = None,
 ) -> tuple[Event, ...]:
     """The event of step ``name``'s last compensation attempt having failed with
     ``previous_error`` (none without one): written with the next attempt's start (a
-    step's forward attempt is recorded as it fails instead: :func:`attempt_failed`)."""
+    step's forward attempt is recorded as it fails instead: :func:`attempt_failed`), or
+    as it fails with the ``delay`` to its next attempt when the saga is handed back for
+    that wait (``next_attempt_at`` in the reads)."""
     if previous_error is None:
         return ()
     attempt = _recorded(record, name).undo_attempt
     detail = _failure(previous_error, took)
+    if delay is not None:
+        detail["delay"] = round(delay, 6)
     return (Event("compensation_attempt_failed", name, attempt, detail),)
 
 

@@ -27,7 +27,7 @@ from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack,
 from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep, hand_back, write
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga.failure import compensation_failed
-from saga.policy import DEFAULT_COMPENSATION_RETRY, RetryPolicy
+from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord
 from saga.refs import Resolver
 from saga.result_types import Read
@@ -147,6 +147,14 @@ def _undo(
                 return (yield from _exhausted(cursor.record, step.name, text, error))
             attempt = recorded(cursor.record, step.name).undo_attempt
             yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
+            if (
+                delay > resolver.compensation_wait_in_place
+            ):  # a caller's thread never waits that long
+                failed = records.undo_attempt_failed(
+                    cursor.record, step.name, cursor.error, cursor.took, delay
+                )
+                why = f"the compensation of step {step.name!r} waits {delay:.1f}s to retry"
+                raise (yield from hand_back(cursor.record, (), failed, delay, why)) from None
             yield Sleep(delay, interruptible=True)
             if (yield DRAINING):  # the failed attempt is recorded with the hand-back
                 failed = records.undo_attempt_failed(
@@ -223,4 +231,4 @@ def compensation(
     def undo_call(context: StepContext) -> Any:
         return function(context.result, *args["args"], **args["kwargs"])
 
-    return undo_call, DEFAULT_COMPENSATION_RETRY
+    return undo_call, resolver.compensation_retry

@@ -20,13 +20,14 @@ import asyncio
 from saga import AsyncCoordinator, Coordinator, Saga, SagaFailed, SagaStatus
 from tests.crash import child
 from tests.crash.child import Case, OnCrash
+from tests.crash.invariants import UNDO_RETRY
 
 
 def _fan_out(on_crash: OnCrash) -> Saga:
     saga = Saga(fan_name(on_crash), on_crash=on_crash, max_concurrency=3)
     for number, after in enumerate([(), ("s1",), ("s1",), ("s1",), ("s2", "s3", "s4")], 1):
         step = saga.step(name=f"s{number}", after=after)(child.declared_action)
-        step.compensation(child.declared_undo)
+        step.compensation(retry=UNDO_RETRY)(child.declared_undo)
     return saga
 
 
@@ -45,7 +46,9 @@ def run_once(case: Case) -> SagaStatus | None:
     if case.key.endswith("async"):
         return asyncio.run(_run_async(case))
     if case.key == "fan":
-        with Coordinator(case.url, lease_ttl=child.LEASE_TTL) as coord:
+        with Coordinator(
+            case.url, lease_ttl=child.LEASE_TTL, compensation_retry=UNDO_RETRY
+        ) as coord:
             try:
                 return coord.run(FAN[case.on_crash], data=case.behaviour(), key=case.key).status
             except SagaFailed as failure:
@@ -54,7 +57,9 @@ def run_once(case: Case) -> SagaStatus | None:
 
 
 async def _run_async(case: Case) -> SagaStatus | None:
-    async with AsyncCoordinator(case.url, lease_ttl=child.LEASE_TTL) as coord:
+    async with AsyncCoordinator(
+        case.url, lease_ttl=child.LEASE_TTL, compensation_retry=UNDO_RETRY
+    ) as coord:
         try:
             if case.key.startswith("fan"):
                 saga = FAN[case.on_crash]

@@ -42,6 +42,7 @@ from saga import (
 from tests import children
 from tests.children import RECOVERY_LEASE_TTL, arg, recover_until_settled
 from tests.crash import ledger
+from tests.crash.invariants import UNDO_RETRY
 
 LEASE_TTL = 0.1
 """The crashing child's lease (s): recovery can claim its sagas this long after it dies."""
@@ -190,7 +191,7 @@ def _declare(steps: int, pivot: bool, on_crash: OnCrash) -> Saga:
             declared_action
         )
         if kind == "compensatable":
-            step.compensation(declared_undo)
+            step.compensation(retry=UNDO_RETRY)(declared_undo)
     return saga
 
 
@@ -228,11 +229,11 @@ def _run_block(coord: Coordinator, case: Case) -> SagaStatus | None:
 
 def recoverer(url: str, lease_ttl: float = RECOVERY_LEASE_TTL) -> Coordinator:
     """A coordinator that may compensate this module's context-manager sagas."""
-    return children.recoverer(url, [MODULE], lease_ttl)
+    return children.recoverer(url, [MODULE], lease_ttl, compensation_retry=UNDO_RETRY)
 
 
 def run_once(case: Case) -> SagaStatus | None:
-    with Coordinator(case.url, lease_ttl=LEASE_TTL) as coord:
+    with Coordinator(case.url, lease_ttl=LEASE_TTL, compensation_retry=UNDO_RETRY) as coord:
         return run_case(coord, case)
 
 

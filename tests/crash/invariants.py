@@ -19,13 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from saga import SagaStatus, SagaView, StepStatus
+from saga import RetryPolicy, SagaStatus, SagaView, StepStatus
 from saga.ports import EventRecord
 from saga.testing.invariants import history_problems
 from tests.crash.ledger import Call, Ledger
 
 MAX_STEP_ATTEMPTS = 3  # saga's default RetryPolicy, which the crash sagas use
-MAX_UNDO_ATTEMPTS = 5  # the default compensation policy
+MAX_UNDO_ATTEMPTS = 5
+UNDO_RETRY = RetryPolicy(max_attempts=MAX_UNDO_ATTEMPTS, retry_on=(Exception,))
+"""The crash sagas' compensation policy, given explicitly (``undo_retry`` and the
+coordinators' ``compensation_retry``): a short budget, so that a compensation that
+kills every attempt is given up within the test, whatever the library's default."""
 _UNWOUND = (SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
 
 

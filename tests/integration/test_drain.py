@@ -24,6 +24,9 @@ from tests.integration.support import expire_lease, kinds
 
 WAIT = 60.0  # a bound on waiting for another thread, never a timing assertion
 LONG_LEASE = 3600.0  # nobody could take these sagas by waiting for the lease
+IN_PLACE = {"compensation_wait_in_place": 2 * LONG_LEASE}
+"""A compensation's hour-long retry wait is spent in place (not handed back at once), so
+that the drain is what ends it."""
 
 
 class Crash(BaseException):
@@ -226,7 +229,7 @@ def test_a_compensations_retry_wait_ends_when_the_process_drains(
     def ship(ctx: StepContext) -> None:
         raise RuntimeError("no courier")
 
-    owner = make_coord(lease_ttl=LONG_LEASE)
+    owner = make_coord(lease_ttl=LONG_LEASE, **IN_PLACE)
 
     def watch(event: SagaEvent) -> None:
         if event.kind == "retry_scheduled":
@@ -311,7 +314,7 @@ def test_an_async_compensations_backoff_ends_on_drain(
         raise RuntimeError("no courier")
 
     async def main() -> str:
-        async with AsyncCoordinator(db_url, lease_ttl=LONG_LEASE) as coord:
+        async with AsyncCoordinator(db_url, lease_ttl=LONG_LEASE, **IN_PLACE) as coord:
             scheduled = asyncio.Event()
             coord.add_listener(
                 lambda event: scheduled.set() if event.kind == "retry_scheduled" else None,

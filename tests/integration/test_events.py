@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from saga import Coordinator, Saga, SagaFailed, SagaStatus, StepContext, StepStatus, admin
@@ -10,6 +12,12 @@ from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import assert_history_replays, fast, replay
 
 Snapshot = tuple[SagaStatus | None, dict[str, StepStatus]]
+
+
+@pytest.fixture
+def coord_options() -> dict[str, Any]:
+    """Context-manager compensations get the coordinator's policy: two quick attempts."""
+    return {"compensation_retry": fast(2, retry_on=(Exception,))}
 
 
 def _stored(coord: Coordinator, saga_id: str) -> Snapshot:
@@ -130,11 +138,8 @@ def test_a_retried_compensation_attempt_records_its_error_with_the_next_start(
 
 
 def test_a_context_manager_compensation_records_each_failed_attempt(
-    any_coord: Coordinator, monkeypatch: pytest.MonkeyPatch
+    any_coord: Coordinator,
 ) -> None:
-    monkeypatch.setattr(
-        "saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,))
-    )
     with pytest.raises(SagaFailed) as raised, any_coord.saga("events-undo-retry-cm") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 10, compensate=steps.locked)
         raise KeyError("the block failed")
@@ -149,11 +154,8 @@ def test_a_context_manager_compensation_records_each_failed_attempt(
 
 
 def test_history_tells_a_failed_compensation_attempt_and_how_long_it_took(
-    coord: Coordinator, monkeypatch: pytest.MonkeyPatch
+    coord: Coordinator,
 ) -> None:
-    monkeypatch.setattr(
-        "saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,))
-    )
     with pytest.raises(SagaFailed), coord.saga("events-undo-history") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 10, compensate=steps.locked)
         raise KeyError("the block failed")

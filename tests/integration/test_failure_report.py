@@ -6,6 +6,8 @@ Every test runs on SQLite and PostgreSQL, through ``Coordinator`` and through
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from typer.testing import CliRunner
 
@@ -23,12 +25,10 @@ from tests.integration import steps
 from tests.integration.support import fast
 
 
-@pytest.fixture(autouse=True)
-def quick_compensation_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Context-manager compensations get the default policy: make its backoff tiny."""
-    monkeypatch.setattr(
-        "saga.engine.unwind.DEFAULT_COMPENSATION_RETRY", fast(2, retry_on=(Exception,))
-    )
+@pytest.fixture
+def coord_options() -> dict[str, Any]:
+    """Context-manager compensations get the coordinator's policy: two quick attempts."""
+    return {"compensation_retry": fast(2, retry_on=(Exception,))}
 
 
 def _doomed(name: str) -> Saga:
