@@ -115,33 +115,56 @@ def test_the_database_password_is_on_no_page_and_in_no_log_line(
         assert secret not in text
 
 
-@pytest.fixture
-def select_only(postgres_server: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """A schema with sagas in it, and a URL for a role that may only SELECT from it."""
+def console_role_snippet() -> str:
+    """docs/web.md's SQL that makes a read-only role for the console, as printed there."""
+    text = (REPO / "docs" / "web.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```sql\n")[1:]]
+    (snippet,) = [block for block in blocks if "CREATE ROLE saga_console" in block]
+    return snippet
+
+
+def run_console_role_snippet(database_url: str, role: str, schema: str) -> None:
+    """Run the docs' snippet as its reader would: their own password, and for a schema
+    other than ``public`` that schema's name in place of ``public`` (as the docs say)."""
+    snippet = console_role_snippet().replace("saga_console", role).replace("'...'", "'pw-ro'")
+    if schema != "public":
+        snippet = snippet.replace("SCHEMA public", f"SCHEMA {schema}")
+    with psycopg.connect(postgres.libpq_url(database_url), autocommit=True) as c:
+        for statement in filter(str.strip, snippet.split(";")):
+            c.execute(statement.encode())
+
+
+@pytest.fixture(params=["public", "own schema"])
+def select_only(
+    request: pytest.FixtureRequest, postgres_server: str, tmp_path: Path
+) -> Iterator[tuple[str, str]]:
+    """Sagas in the default schema of a database of their own, or in a schema of their
+    own, and a URL for the role docs/web.md's snippet makes, which may only SELECT."""
     from tests.web.conftest import build_world
 
-    with postgres.isolated_schema(postgres_server) as owner_url:
+    with contextlib.ExitStack() as stack:
+        if request.param == "public":
+            owner_url = stack.enter_context(postgres.isolated_database(postgres_server))
+            schema = "public"
+        else:
+            owner_url = stack.enter_context(postgres.isolated_schema(postgres_server))
+            options = make_url(owner_url).query["options"]
+            schema = str(options).removeprefix("-csearch_path=")
         world = build_world(owner_url, tmp_path)
         role = f"web_ro_{uuid.uuid4().hex[:8]}"
-        schema = make_url(owner_url).query["options"].removeprefix("-csearch_path=")  # type: ignore[union-attr]
-        with psycopg.connect(postgres.libpq_url(postgres_server), autocommit=True) as connection:
-            connection.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-            connection.execute(
-                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                    sql.Identifier(schema), sql.Identifier(role)
-                )
-            )
-            connection.execute(
-                sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(
-                    sql.Identifier(schema), sql.Identifier(role)
-                )
-            )
-        try:
-            yield make_url(owner_url).set(username=role).render_as_string(False), world.stuck
-        finally:
-            with psycopg.connect(postgres.libpq_url(postgres_server), autocommit=True) as c:
+        run_console_role_snippet(owner_url, role, schema)
+
+        def drop_role() -> None:
+            with psycopg.connect(postgres.libpq_url(owner_url), autocommit=True) as c:
                 c.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
                 c.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+        stack.callback(drop_role)
+        reader = make_url(owner_url).set(username=role, password="pw-ro")
+        reading = psycopg.connect(postgres.libpq_url(reader.render_as_string(False)))
+        with reading, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            reading.execute("DELETE FROM saga_instances")  # it may read, and only read
+        yield reader.render_as_string(False), world.stuck
 
 
 @pytest.mark.postgres
