@@ -37,10 +37,7 @@ def reference_of(fn: object, role: str) -> str:
     """The import path of ``fn``, remembered as known; refuse what cannot be imported."""
     problem = _unimportable(fn)
     if problem is not None:
-        raise UnsafeReferenceError(
-            f"{role} {_describe(fn)} {problem}; saga stores functions by import path so that "
-            "another process can run them: pass a module-level function"
-        )
+        raise UnsafeReferenceError(f"{role} {_describe(fn)} {problem}; {_remedy(fn, problem)}")
     assert inspect.isfunction(fn)
     ref = f"{_module_of(fn)}:{fn.__qualname__}"
     _known[ref] = fn
@@ -68,10 +65,33 @@ def _unimportable(fn: object) -> str | None:
     if "<locals>" in fn.__qualname__:
         return "is a closure or nested function"
     if _module_of(fn) == "__main__":
-        return "is defined in the __main__ script, which no other process can import"
+        return f"is defined in the script run as __main__ ({_script()}), {_IN_MAIN}"
     if _lookup(fn.__module__, fn.__qualname__) is not fn:
         return f"cannot be found again as {fn.__module__}:{fn.__qualname__}"
     return None
+
+
+_IN_MAIN = "which a process recovering the saga cannot import"
+
+
+def _remedy(fn: object, problem: str) -> str:
+    """What to do about ``problem``: a script's function is module-level already, so
+    asking for one would not help; it must live in a module both processes import."""
+    if problem.endswith(_IN_MAIN):
+        name = getattr(fn, "__name__", "step")
+        return (
+            "move it into a module of its own that the recovering process imports too "
+            f"(for example steps.py beside the script, then `from steps import {name}`)"
+        )
+    return (
+        "saga stores functions by import path so that another process can run them: "
+        "pass a module-level function"
+    )
+
+
+def _script() -> str:
+    """The script ``python script.py`` ran, as its user typed it (or ``__main__``)."""
+    return str(getattr(sys.modules.get("__main__"), "__file__", None) or "__main__")
 
 
 def _describe(fn: object) -> str:
