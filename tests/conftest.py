@@ -67,11 +67,28 @@ def _say_which(config: pytest.Config, found: postgres.Found) -> None:
         reporter.write_line(f"PostgreSQL for these tests: {shown}")
 
 
+NO_DATABASE = ("tests/unit",)
+"""Folders whose tests use no database: asked for alone, they start no PostgreSQL (a
+test in them that wants one skips, or fails under ``SAGA_REQUIRE_POSTGRES=1``)."""
+
+
+def _may_need_postgres(config: pytest.Config) -> bool:
+    """Whether the run's paths reach beyond the folders that use no database. The
+    controller of an xdist run decides before anything is collected, so by path."""
+    root = Path(str(config.rootpath))
+    quiet = [root / folder for folder in NO_DATABASE]
+    here = Path(config.invocation_params.dir)
+    asked = [(here / arg.split("::")[0]).resolve() for arg in config.args] or [root / "tests"]
+    return not all(any(path.is_relative_to(q) for q in quiet) for path in asked)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: object) -> None:
     """pytest-xdist, in the controller, before each worker starts: hand it the server."""
     config: pytest.Config = node.config  # type: ignore[attr-defined]
     first = _SERVER not in config.stash
+    if not _may_need_postgres(config):  # nothing to start for tests that use no database
+        config.stash[_SERVER] = postgres.Found(None, f"only {', '.join(NO_DATABASE)} asked for")
     found = _server(config)
     if first:
         _say_which(config, found)
