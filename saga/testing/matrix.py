@@ -270,11 +270,18 @@ def _judge(
 def _expected(
     spec: _Spec, case: Case, path: RunPath, crashed: SagaView | None
 ) -> SagaStatus | None:
-    """The status the case must end in, where saga's contract fixes it (``None``: any)."""
+    """The status the case must end in, where saga's contract fixes it (``None``: any).
+
+    A path's own fault-free run (its probe) says how it ends without a crash: a step may
+    fail on its own, because of the data, not only because the matrix made it fail.
+    """
+    baseline = None if path.status is None else SagaStatus(path.status)
     if crashed is None or case.point.startswith("after_final_commit"):
-        return None if path.status is None else SagaStatus(path.status)
+        return baseline
+    # What unwinding ends in: compensated, unless this path's compensation fails for good.
+    unwound = SagaStatus.FAILED if baseline is SagaStatus.FAILED else SagaStatus.COMPENSATED
     if crashed.status is not SagaStatus.RUNNING:  # already unwinding: it finishes that
-        return SagaStatus.COMPENSATED
+        return unwound
     # A pivot that started may have acted: only forward now (unless it is the step that
     # fails, every time: then it never acts, and the saga unwinds).
     past_pivot = any(
@@ -282,11 +289,10 @@ def _expected(
     )
     declarative = spec.target.style == "declarative"
     if past_pivot:  # only forward now; a context-manager saga's code cannot be resumed
-        return SagaStatus.COMPLETED if declarative else None
-    forward = declarative and case.mode != "compensate" and spec.on_crash == "resume"
-    if forward:
-        return SagaStatus.COMPENSATED if case.failing is not None else SagaStatus.COMPLETED
-    return SagaStatus.COMPENSATED
+        return baseline if declarative else None
+    if declarative and case.mode != "compensate" and spec.on_crash == "resume":
+        return baseline  # resumed forward, it ends as the same run without a crash did
+    return unwound
 
 
 def _user_check(check: Check | None, view: SagaView, case: Case) -> list[str]:

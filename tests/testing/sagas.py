@@ -29,6 +29,8 @@ def release(ctx: StepContext) -> None:
 
 @order.step()
 def charge(ctx: StepContext) -> dict[str, Any]:
+    if ctx.data.get("declined"):  # fails on its own, every time: the card is refused
+        raise ValueError(f"card {ctx.data['card']} declined")
     book.apply("charge", ctx.idempotency_key)
     return {"card": ctx.data["card"]}
 

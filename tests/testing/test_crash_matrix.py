@@ -52,6 +52,16 @@ def test_a_declarative_saga_survives_every_crash(crash_matrix: CrashMatrix) -> N
     assert "ship fails" not in report.table(only_failures=False)  # only the path asked for
 
 
+def test_a_path_that_fails_on_its_own_is_judged_by_its_own_run(crash_matrix: CrashMatrix) -> None:
+    declined = {**ORDER, "declined": True}  # charge fails with no fault injected
+    report = crash_matrix(sagas.order, data=declined, check=sagas.books_balance, fail=[])
+    assert report.ok, report.table()
+    assert {row.case.failing for row in report.rows} == {None}
+    ended = {row.status for row in report.rows if row.case.mode == "recover"}
+    assert ended == {"compensated", "-"}  # "-": killed before anything was recorded
+    assert "ship" not in report.table(only_failures=False)  # never reached
+
+
 def test_the_same_saga_gives_the_same_matrix(crash_matrix: CrashMatrix) -> None:
     first = crash_matrix.plan(sagas.order, data=ORDER)
     assert first == crash_matrix.plan(sagas.order, data=ORDER)
