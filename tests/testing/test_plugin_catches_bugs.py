@@ -86,3 +86,15 @@ def test_a_compensation_that_forgets_a_missing_result_is_caught(pytester: pytest
     )
     result.stdout.fnmatch_lines(["*after_action:charge*compensate*FAIL*"])
     result.stdout.no_fnmatch_line("*after_start_commit:notify*FAIL*")  # result recorded by then
+
+
+def test_the_matrix_runs_under_pytest_xdist(pytester: pytest.Pytester) -> None:
+    """A user's suite run with ``-n 2``: each xdist worker has its own fork servers and
+    stores, and the matrix finds the same bug, naming the same point."""
+    pytester.makepyfile(shop=SHOP.replace("BUG", NON_IDEMPOTENT), test_shop=TEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "xdist", "-n", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*created: 2/2 workers*"])
+    result.stdout.fnmatch_lines(
+        ["*after_undo:charge*notify fails*recover*FAIL: check: refunded twice*"]
+    )
