@@ -42,6 +42,8 @@ import signal
 import threading
 from collections.abc import Callable
 
+from saga.errors import StorageUnavailableError
+
 _armed: dict[tuple[str, str | None], int] = {}
 _seen: dict[tuple[str, str | None], int] = {}
 _signal: signal.Signals | Callable[[], None] = signal.SIGKILL
@@ -63,11 +65,37 @@ def arm(spec: str, how: signal.Signals | Callable[[], None] = signal.SIGKILL) ->
         _armed[(name, step or None)] = int(nth or 1)
 
 
+_answers_to_lose = 0
+answers_lost = 0
+"""How many commit acknowledgements :func:`answer_to_commit` has lost in this process."""
+
+
+def lose_next_answer() -> None:
+    """A fault action (``arm(spec, lose_next_answer)``): the next saga write this process
+    commits lands in the database, but its answer is lost on the way back, as when the
+    network fails between the server's COMMIT and its reply."""
+    global _answers_to_lose
+    _answers_to_lose += 1
+
+
+def answer_to_commit() -> None:
+    """Called by a store right after one of its writes committed: raises the error a lost
+    connection would (``StorageUnavailableError``) when a fault asked to lose this answer,
+    so the store's retry must recognise the write that already landed."""
+    global _answers_to_lose, answers_lost
+    if _answers_to_lose == 0:
+        return
+    _answers_to_lose -= 1
+    answers_lost += 1
+    raise StorageUnavailableError("the answer to a commit was lost (fault injected)")
+
+
 def disarm() -> None:
-    global _signal
+    global _signal, _answers_to_lose
     _armed.clear()
     _seen.clear()
     _signal = signal.SIGKILL
+    _answers_to_lose = 0
 
 
 def trace(into: list[str] | None) -> None:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from saga import faults
 from saga.errors import LeaseLostError, StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord
 
@@ -107,6 +108,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         async def once() -> tuple[SagaRecord, bool]:
             await self._schema()
             if await self._execute(statement, params) is not None:
+                faults.answer_to_commit()
                 return saga, True
             # A clash on (name, key), or our own insert whose acknowledgement was lost.
             return await asyncio.to_thread(self.store.once, lambda c: clash(c, saga))
@@ -131,6 +133,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
             row = await self._execute(statement, params)
             if row is None:
                 raise LeaseLostError(change.saga_id, change.epoch)
+            faults.answer_to_commit()
             return bool(row[0])
 
         return await self._retried(once)

@@ -64,7 +64,12 @@ class SqlSagaStore(SqlTransactions):
                 return saga, True
             return self.once(lambda connection: writes.clash(connection, saga))
 
-        return self.retried(hot if self.hot is not None else lambda: self.once(portable))
+        def answered() -> tuple[SagaRecord, bool]:
+            made = hot() if self.hot is not None else self.once(portable)
+            faults.answer_to_commit()
+            return made
+
+        return self.retried(answered)
 
     def commit(self, change: Commit) -> bool:
         tries = 0
@@ -76,7 +81,9 @@ class SqlSagaStore(SqlTransactions):
                 landed = self.once(lambda c: writes.landed(c, self.dialect, change))
                 if landed is not None:
                     return landed
-            return self._apply(change)
+            stop = self._apply(change)
+            faults.answer_to_commit()
+            return stop
 
         return self.retried(apply_or_recognise)
 

@@ -189,6 +189,8 @@ class CrashMatrix:
     ) -> tuple[list[str], SagaView | None]:
         """Kill (or freeze) the saga at the case's point and recover it; what went wrong,
         and the saga as the dead process left it."""
+        if case.mode == "lost_ack":
+            return self._lose_answer(server, spec, case, log), None
         zombie = case.mode == "zombie"
         run = self._args(spec, "run", case.url, case.failing, freeze=zombie)
         ended = server.call(ENTRY, run, log, case.point, kill_after=spec.timeout, freeze=zombie)
@@ -204,6 +206,20 @@ class CrashMatrix:
         if zombie and ended.stopped is not None:
             problems += _wake(server, store, ended.stopped)
         return problems, crashed
+
+    def _lose_answer(self, server: ForkServer, spec: _Spec, case: Case, log: Path) -> list[str]:
+        """Run the saga with the answer to the first commit after the point lost, then
+        recover whatever that left unfinished; what went wrong."""
+        answers = log.with_suffix(".answers.json")
+        run = self._args(spec, "run", case.url, case.failing, answers=str(answers))
+        ended = server.call(ENTRY, run, log, case.point, kill_after=spec.timeout)
+        if ended.code != 0 or not answers.exists():
+            return [f"the run with a lost answer {ended}: {_tail(log, 3)}"]
+        if json.loads(answers.read_text())["lost"] == 0:
+            return [f"no commit followed {case.point}, so no answer was lost"]
+        recover = self._args(spec, "recover", case.url, case.failing, compensate=False)
+        recovered = server.call(ENTRY, recover, log, kill_after=spec.timeout + 10)
+        return [] if recovered.code == 0 else [f"recovery {recovered}: {_tail(log, 3)}"]
 
 
 def _wake(server: ForkServer, store: Store, pid: int) -> list[str]:

@@ -15,11 +15,14 @@ from collections.abc import Iterable, Sequence
 
 from saga.testing.report import Case
 
-MODES = ("recover", "compensate", "zombie")
+MODES = ("recover", "compensate", "zombie", "lost_ack")
 """``recover``: ``coord.recover()`` finishes it (forward where it can);
 ``compensate``: ``coord.recover(compensate=True)``; ``zombie``: the process is
 frozen (SIGSTOP) there instead of killed, recovery finishes the saga, then the
-frozen process wakes and must change nothing."""
+frozen process wakes and must change nothing; ``lost_ack``: the process is not
+stopped, but the first commit after the point lands and its answer is lost (the
+connection drops between the server's COMMIT and its reply), so the store's retry
+must recognise its own write; the saga must end as if nothing had happened."""
 
 _UNWINDING = ("before_unwind", "before_final_commit", "after_final_commit")
 
@@ -60,7 +63,8 @@ def cases(paths: Sequence[Path], modes: Sequence[str]) -> list[Case]:
 
     ``compensate`` runs only where the saga is still going forward (elsewhere it is
     the same as ``recover``); ``zombie`` only where the saga is recorded and not yet
-    final (a process frozen before anything is recorded is just late, not a zombie).
+    final (a process frozen before anything is recorded is just late, not a zombie);
+    ``lost_ack`` wherever a commit follows.
     """
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
@@ -75,5 +79,7 @@ def cases(paths: Sequence[Path], modes: Sequence[str]) -> list[Case]:
                     continue
                 if mode == "zombie" and (index == 0 or point.startswith("after_final_commit")):
                     continue
+                if mode == "lost_ack" and point.startswith("after_final_commit"):
+                    continue  # no commit follows it
                 out.append(Case(point, path.failing, mode))
     return out

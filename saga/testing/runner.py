@@ -7,6 +7,8 @@ Each job is a JSON object handed to :func:`job` by the fork server
   where the case says); with ``trace`` set, also write the fault points it
   reached, in order, and how it ended, to that file (the probe run that
   lays out the matrix);
+  with ``answers`` set, the point loses the answer to the next commit instead
+  (the ``lost_ack`` mode), and the file gets how many answers were lost;
 * ``recover``: ``recover()`` (or ``recover(compensate=True)``) until nothing
   is running or compensating.
 
@@ -60,6 +62,9 @@ def job(args: dict[str, Any]) -> None:
     if args.get("freeze"):
         faults.disarm()
         faults.arm(os.environ.get("SAGA_FAULTS", ""), _freeze)
+    if args.get("answers"):  # lost_ack: the first commit after the point loses its answer
+        faults.disarm()
+        faults.arm(os.environ.get("SAGA_FAULTS", ""), faults.lose_next_answer)
     target = Target(**args["target"])
     with _failing(target, args.get("fail")):
         if args["job"] == "run":
@@ -83,6 +88,8 @@ def _run_job(target: Target, args: dict[str, Any]) -> None:
     if args.get("trace"):
         ended = None if status is None else status.value
         Path(args["trace"]).write_text(json.dumps({"points": trace, "status": ended}))
+    if args.get("answers"):
+        Path(args["answers"]).write_text(json.dumps({"lost": faults.answers_lost}))
 
 
 def run_target(target: Target, url: str, data: Any, key: str) -> SagaStatus | None:

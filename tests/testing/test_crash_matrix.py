@@ -7,6 +7,7 @@ The plugin is loaded by its ``pytest11`` entry point (as in a user's project);
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,25 @@ def test_a_zombie_that_wakes_after_recovery_changes_nothing(crash_matrix: CrashM
     assert report.ok, report.table()
     assert {r.case.mode for r in report.rows} == {"zombie"}
     assert len(report.rows) >= 15
+
+
+@pytest.mark.parametrize(
+    ("target", "data", "check", "fail"),
+    [
+        (sagas.order, ORDER, sagas.books_balance, ["charge"]),
+        (sagas.transfer, MONEY, sagas.money_balances, ["credit"]),
+        (sagas.transfer_async, MONEY, sagas.money_balances, []),
+    ],
+    ids=["declarative", "context-manager", "async"],
+)
+def test_a_lost_answer_to_any_commit_changes_nothing(
+    crash_matrix: CrashMatrix, target: Any, data: Any, check: Any, fail: list[str]
+) -> None:
+    """After every point, the next commit lands and its answer is lost: the store's
+    retry recognises its own write, and each path ends exactly as it does untouched."""
+    report = crash_matrix(target, data=data, check=check, modes=["lost_ack"], fail=fail)
+    assert report.ok, report.table()
+    assert {r.case.mode for r in report.rows} == {"lost_ack"}
+    assert len(report.rows) >= 8
+    for row in report.rows:
+        assert row.status == ("completed" if row.case.failing is None else "compensated"), row
