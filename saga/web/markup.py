@@ -131,4 +131,6 @@ details.folded summary pre{display:inline}svg.timeline{background:#fff;border:1p
 .turn{stroke:#c01c28;stroke-width:2}.unknown{fill:#fff;stroke:#c01c28;stroke-width:2}
 .lane-label{font-size:11px;fill:#5e6470}.bar-label{font-size:11px;fill:#fff}
 .actions form{display:inline}.retry-wait{color:#9c5d00}
+svg.timeline{max-width:100%;height:auto}.row-label{font-size:12px;fill:#1d2330}
+.bar-label.beside{fill:#1d2330}.bar.unknown{stroke-dasharray:5 3}
 """

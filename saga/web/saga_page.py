@@ -126,7 +126,10 @@ def _legend() -> str:
         'height="10"/></svg> succeeded · <svg width="12" height="10"><rect class="bar failed" '
         'width="12" height="10"/></svg> attempt failed · <svg width="12" height="10"><rect '
         'class="bar comp ok" width="12" height="10"/></svg> compensated · dashed: retry wait · '
-        "red line: turned to compensating · ?: outcome unknown (the step may have acted)</p>"
+        "red line: turned to compensating · "
+        '<svg width="14" height="10"><rect class="bar unknown" x="1" y="1" width="12" '
+        'height="8"/></svg> ?: outcome unknown (the step may have acted; the outline runs from '
+        "its start to when its process's lease ran out, not for as long as it ran)</p>"
     )
 
 

@@ -55,9 +55,18 @@ class Layout:
     turn: float | None  # when the saga turned to compensating
     unknown: tuple[str, ...]  # steps that may have acted, outcome never learnt
     rows: dict[Lane, int]
+    named: bool = False  # one row per step, its name beside it (else packed rows)
 
 
-def layout(view: SagaView, entries: Sequence[TimelineEntry], now: float) -> Layout:
+OWN_ROWS = 24
+"""Up to this many steps in a lane, each step gets a row of its own with its name
+beside it, so that no name is cut; a longer saga packs steps that do not overlap in
+time into shared rows (its page would otherwise be thousands of rows high)."""
+
+
+def layout(
+    view: SagaView, entries: Sequence[TimelineEntry], now: float, own_rows_up_to: int = OWN_ROWS
+) -> Layout:
     """Bars for every attempt in ``entries``. An attempt nobody closed runs to ``now``
     in a live saga; in a stuck one, to when its lease ran out (nobody worked after)."""
     first = entries[0].event.at if entries else now
@@ -69,11 +78,12 @@ def layout(view: SagaView, entries: Sequence[TimelineEntry], now: float) -> Layo
             bar.end = max(bar.start, end)
             if gone:
                 bar.outcome = "unknown"
-    rows: dict[Lane, int] = {
-        "forward": _pack([b for b in bars if b.lane == "forward"]),
-        "compensation": _pack([b for b in bars if b.lane == "compensation"]),
-    }
-    return Layout(tuple(bars), max(end, 1e-6), turn, _unknown(view, now), rows)
+    lanes = ([b for b in bars if b.lane == lane] for lane in ("forward", "compensation"))
+    forward, compensation = lanes
+    named = max(_steps(forward), _steps(compensation)) <= own_rows_up_to
+    place = _own_rows if named else _pack
+    rows: dict[Lane, int] = {"forward": place(forward), "compensation": place(compensation)}
+    return Layout(tuple(bars), max(end, 1e-6), turn, _unknown(view, now), rows, named)
 
 
 def _end(view: SagaView, entries: Sequence[TimelineEntry], now: float, first: float) -> float:
@@ -129,6 +139,18 @@ def _point(bars: list[Bar], step: str, lane: Lane, entry: TimelineEntry) -> Bar:
     return bar
 
 
+def _steps(bars: list[Bar]) -> int:
+    return len({bar.step for bar in bars})
+
+
+def _own_rows(bars: list[Bar]) -> int:
+    """Give each step a row of its own, in order of its first attempt; rows used."""
+    row_of: dict[str, int] = {}
+    for bar in bars:
+        bar.row = row_of.setdefault(bar.step, len(row_of))
+    return len(row_of)
+
+
 def _pack(bars: list[Bar]) -> int:
     """Give each step the first row where its span overlaps no other step's; rows used."""
     spans: dict[str, list[float]] = {}
@@ -163,32 +185,40 @@ def _unknown(view: SagaView, now: float) -> tuple[str, ...]:
 
 MIN_BAR_WIDTH = 2.0
 """Every bar is drawn at least this wide (px), so that an attempt of a millisecond shows."""
-ROW, LABEL, PAD = 22, 110, 8
+WIDTH = 1360
+"""The timeline's width (px): a 1400 px window's page, less its margins; narrower
+windows scale it down (CSS), so it always spans the page."""
+ROW, PAD, HEADING, RIGHT = 22, 8, 16, 48  # RIGHT: room past the last bar for "?" or "12 ms"
+CHAR = 6.5  # px per character of the 11 px labels, to decide what fits where
+UNKNOWN_LABEL = "outcome unknown: no word from the process after it started"
 _Row = Callable[["Bar"], float]
 
 
 def svg(lay: Layout) -> str:
     """The layout as an inline SVG element."""
-    width = max(900, min(6000, 4 * len(lay.bars)))
-    forward_rows = max(1, lay.rows["forward"])
-    comp_top = PAD + forward_rows * ROW + 18
+    width = max(WIDTH, min(6000, 4 * len(lay.bars)))
+    label = _label_width(lay)
+    forward_top = PAD + HEADING
+    comp_top = forward_top + max(1, lay.rows["forward"]) * ROW + 10 + HEADING
     height = comp_top + max(1, lay.rows["compensation"]) * ROW + PAD + 14
-    scale = (width - LABEL - PAD) / lay.span
+    scale = (width - label - RIGHT) / lay.span
 
     def x(offset: float) -> float:
-        return LABEL + offset * scale
+        return label + offset * scale
 
     def y(bar: Bar) -> float:
-        return (PAD if bar.lane == "forward" else comp_top) + bar.row * ROW
+        return (forward_top if bar.lane == "forward" else comp_top) + bar.row * ROW
 
     parts = [
-        f'<text class="lane-label" x="4" y="{PAD + 14}">forward</text>',
-        f'<text class="lane-label" x="4" y="{comp_top + 14}">compensation</text>',
-        f'<line x1="{LABEL}" x2="{width}" y1="{comp_top - 9}" y2="{comp_top - 9}" '
+        f'<text class="lane-label" x="4" y="{forward_top - 4}">forward</text>',
+        f'<text class="lane-label" x="4" y="{comp_top - 4}">compensation</text>',
+        f'<line x1="4" x2="{width}" y1="{comp_top - HEADING - 2}" y2="{comp_top - HEADING - 2}" '
         'stroke="#e3e5ea"/>',
     ]
+    if lay.named:
+        parts += _row_names(lay.bars, label, y)
     parts += _gaps(lay.bars, x, y)
-    parts += [_bar(bar, x, y) for bar in lay.bars]
+    parts += [_bar(bar, x, y, lay, width) for bar in lay.bars]
     if lay.turn is not None:
         tx = x(lay.turn)
         parts.append(
@@ -197,8 +227,8 @@ def svg(lay: Layout) -> str:
         )
     parts += _unknown_marks(lay, x, y)
     parts.append(
-        f'<text class="lane-label" x="{LABEL}" y="{height - 3}">0</text>'
-        f'<text class="lane-label" x="{width - 60}" y="{height - 3}">'
+        f'<text class="lane-label" x="{label}" y="{height - 3}">0</text>'
+        f'<text class="lane-label" x="{width - RIGHT - 60}" y="{height - 3}">'
         f"{text(human_duration(lay.span))}</text>"
     )
     return (
@@ -207,30 +237,108 @@ def svg(lay: Layout) -> str:
     )
 
 
-def _bar(bar: Bar, x: _Scale, y: _Row) -> str:
+def _label_width(lay: Layout) -> int:
+    """The left column: lane names, and each step's name when steps have rows of their own
+    (as wide as the longest name, within reason)."""
+    if not lay.named:
+        return 110
+    longest = max((len(bar.step) for bar in lay.bars), default=0)
+    return int(min(260, max(110, 12 + longest * CHAR)))
+
+
+def _row_names(bars: Sequence[Bar], label: int, y: _Row) -> list[str]:
+    """Each step's name at the start of its row (a name too long for the column is cut,
+    and whole in its tooltip)."""
+    names, seen = [], set()
+    room = int((label - 12) / CHAR)
+    for bar in bars:
+        if (bar.lane, bar.step) in seen:
+            continue
+        seen.add((bar.lane, bar.step))
+        shown = bar.step if len(bar.step) <= room else bar.step[: room - 1] + "…"
+        names.append(
+            f"<g><title>{text(bar.step)}</title>"
+            f'<text class="row-label" data-step="{attr(bar.step)}" data-lane="{bar.lane}" '
+            f'x="8" y="{y(bar) + 15:.1f}">{text(shown)}</text></g>'
+        )
+    return names
+
+
+def _bar(bar: Bar, x: _Scale, y: _Row, lay: Layout, width: int) -> str:
     left, right = x(bar.start), x(bar.end if bar.end is not None else bar.start)
+    right = max(right, left + MIN_BAR_WIDTH)
     lane = "comp " if bar.lane == "compensation" else ""
-    tip = f"{bar.step} {bar.lane} attempt {bar.attempt}: {bar.outcome}"
-    if bar.end is not None:
-        tip += f", {human_duration(bar.end - bar.start)}"
     return (
         f'<rect class="bar {lane}{bar.outcome}" data-step="{attr(bar.step)}" '
         f'data-lane="{bar.lane}" data-row="{bar.row}" data-attempt="{attr(bar.attempt)}" '
         f'data-outcome="{bar.outcome}" data-start="{bar.start:.6f}" x="{left:.1f}" '
-        f'y="{y(bar) + 3:.1f}" width="{max(MIN_BAR_WIDTH, right - left):.1f}" height="{ROW - 6}">'
-        f"<title>{text(tip)}</title></rect>{_label(bar, left, right, y(bar))}"
+        f'y="{y(bar) + 3:.1f}" width="{right - left:.1f}" height="{ROW - 6}">'
+        f"<title>{text(_tip(bar))}</title></rect>"
+        f"{_label(bar, x, y(bar), lay, width)}"
     )
 
 
-def _label(bar: Bar, left: float, right: float, top: float) -> str:
-    """The step's name on its bar, when the bar is wide enough to hold some of it."""
-    room = int((right - left - 6) / 6.5)
-    if room < 3:
+def _tip(bar: Bar) -> str:
+    if bar.outcome == "unknown":
+        return (
+            f"{bar.step} {bar.lane} attempt {bar.attempt}: outcome unknown; the process went "
+            "silent after it started (drawn to when its lease ran out, not how long it ran)"
+        )
+    tip = f"{bar.step} {bar.lane} attempt {bar.attempt}: {bar.outcome}"
+    if bar.end is not None:
+        tip += f", {human_duration(bar.end - bar.start)}"
+    return tip
+
+
+def _label(bar: Bar, x: _Scale, top: float, lay: Layout, width: int) -> str:
+    """What a bar says on itself or beside it. In rows of their own, steps are named at
+    the left, so only an unknown outcome is spelled out; in packed rows, the step's name
+    goes on the bar when it fits, else beside it where the row is free."""
+    left = x(bar.start)
+    right = max(x(bar.end if bar.end is not None else bar.start), left + MIN_BAR_WIDTH)
+    if lay.named and bar.outcome != "unknown":
+        return _took(bar, right, top, lay)
+    words = UNKNOWN_LABEL if bar.outcome == "unknown" else bar.step
+    need = len(words) * CHAR + 6
+    if right - left >= need:  # an unknown outcome's bar is an outline: dark text on white
+        return _text_at(left + 3, top, words, inside=bar.outcome != "unknown")
+    if _free_until(lay.bars, bar, x, width) - right >= need:
+        return _text_at(right + 4, top, words, inside=False)
+    if bar.outcome == "unknown" and left - _label_width(lay) >= need:
+        return _text_at(left - need, top, words, inside=False)
+    room = int((right - left - 6) / CHAR)
+    cut = words[: room - 1] + "…"
+    return _text_at(left + 3, top, cut, inside=bar.outcome != "unknown") if room >= 3 else ""
+
+
+def _took(bar: Bar, right: float, top: float, lay: Layout) -> str:
+    """Beside a step's last attempt in its own row, how long that attempt took (a sliver of
+    a compensation still says what it was)."""
+    if bar.end is None or bar.outcome == "running":
         return ""
-    name = bar.step if len(bar.step) <= room else bar.step[: room - 1] + "…"
+    last = next(b for b in reversed(lay.bars) if b.step == bar.step and b.lane == bar.lane)
+    if last is not bar:
+        return ""
+    return _text_at(right + 4, top, human_duration(bar.end - bar.start), inside=False)
+
+
+def _free_until(bars: Sequence[Bar], bar: Bar, x: _Scale, width: int) -> float:
+    """Where the row is taken again after ``bar`` (px): the next bar in it, or the end."""
+    ended = bar.end if bar.end is not None else bar.start
+    later = [
+        b.start
+        for b in bars
+        if b is not bar and b.lane == bar.lane and b.row == bar.row and b.start >= ended
+    ]
+    return x(min(later)) if later else width - RIGHT
+
+
+def _text_at(left: float, top: float, words: str, *, inside: bool) -> str:
+    """A label at ``left``: white on a coloured bar, dark beside one."""
+    css = "bar-label" if inside else "bar-label beside"
     return (
-        f'<text class="bar-label" x="{left + 3:.1f}" y="{top + 15:.1f}" '
-        f'pointer-events="none">{text(name)}</text>'
+        f'<text class="{css}" x="{left:.1f}" y="{top + 15:.1f}" '
+        f'pointer-events="none">{text(words)}</text>'
     )
 
 

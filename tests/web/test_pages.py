@@ -161,6 +161,39 @@ def test_a_saga_whose_process_was_killed_shows_the_step_outcome_unknown(
     assert refresh.get_attribute("content") == "5"  # live: it reloads itself
 
 
+def test_the_timeline_spans_the_page_and_names_every_step_whole(
+    world: World, read_only: Server, browser: WebDriver
+) -> None:
+    open_page(browser, read_only, f"/saga/{world.completed}")
+    timeline = browser.find_element(By.ID, "timeline")
+    main = browser.find_element(By.TAG_NAME, "main")
+    assert timeline.size["width"] >= 0.95 * (main.size["width"] - 32)  # main's padding
+    steps = [
+        p.get_attribute("data-step") for p in browser.find_elements(By.CSS_SELECTOR, "details.step")
+    ]
+    labels = browser.find_elements(By.CSS_SELECTOR, '#timeline text.row-label[data-lane="forward"]')
+    assert [label.text for label in labels] == steps  # each whole, in its own row
+    assert all(label.is_displayed() for label in labels)
+
+
+def test_a_stuck_step_is_labelled_unknown_its_marker_shows_and_the_legend_says_why(
+    world: World, read_only: Server, browser: WebDriver
+) -> None:
+    open_page(browser, read_only, f"/saga/{world.stuck}")
+    labels = browser.find_elements(By.CSS_SELECTOR, "#timeline text.bar-label")
+    assert any(label.text.startswith("outcome unknown: no word") for label in labels)
+    inside = browser.execute_script(
+        "const svg = document.getElementById('timeline').getBoundingClientRect();"
+        "const mark = document.querySelector('[data-marker=\"outcome-unknown\"]')"
+        ".getBoundingClientRect();"
+        "return mark.left >= svg.left && mark.right <= svg.right;"
+    )
+    assert inside  # the "?" is not clipped at the picture's edge
+    legend = browser.find_element(By.CSS_SELECTOR, "p.legend")
+    assert legend.find_element(By.CSS_SELECTOR, "rect.bar.unknown")
+    assert "not for as long as it ran" in legend.text
+
+
 def test_a_pivot_given_up_in_doubt_is_marked_and_its_panel_says_so(
     world: World, read_only: Server, browser: WebDriver
 ) -> None:
