@@ -262,9 +262,10 @@ class InMemorySagaStore:
             found = [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
         return found if query.payloads else [_without_payloads(saga) for saga in found]
 
-    def status_counts(self) -> dict[SagaStatus, int]:
+    def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
         with self._lock:
-            return dict(collections.Counter(row.saga.status for row in self._rows.values()))
+            counts = collections.Counter(row.saga.status for row in self._rows.values())
+        return {s: n if cap is None else min(n, cap + 1) for s, n in counts.items()}
 
     def stuck_count(self) -> int:
         now = self.now()

@@ -348,8 +348,10 @@ class SagaStore(Protocol):
 
     def list(self, query: ListQuery) -> list[SagaRecord]: ...
 
-    def status_counts(self) -> dict[SagaStatus, int]:
-        """How many sagas there are in each status (statuses with none left out)."""
+    def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
+        """How many sagas there are in each status (statuses with none left out). With
+        ``cap``, a status with more than ``cap`` sagas is counted as ``cap + 1`` ("more
+        than cap"), which costs at most that many index entries however many there are."""
         ...
 
     def stuck_count(self) -> int:

@@ -602,6 +602,11 @@ class StoreContract:
         done = create(store)
         store.commit(Commit(done.id, 1, status=SagaStatus.COMPLETED, release=True))
         assert store.status_counts() == {SagaStatus.RUNNING: 2, SagaStatus.COMPLETED: 1}
+        capped = {SagaStatus.RUNNING: 2, SagaStatus.COMPLETED: 1}  # "more than 1": 2
+        assert store.status_counts(cap=1) == capped
+        assert store.status_counts(cap=2) == {SagaStatus.RUNNING: 2, SagaStatus.COMPLETED: 1}
+        create(store)
+        assert store.status_counts(cap=1)[SagaStatus.RUNNING] == 2  # 3 running, counted to 2
 
     def test_delete_removes_sagas_steps_events_and_keys(self, store: SagaStore) -> None:
         assert isinstance(store, Deletable)  # every store saga ships can

@@ -97,12 +97,21 @@ def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
     )
 
 
-def status_counts(connection: Connection) -> dict[SagaStatus, int]:
-    """How many sagas there are in each status."""
-    # GROUP BY the leading column of ix_saga_instances_status_created: an index scan.
+def status_counts(connection: Connection, cap: int | None = None) -> dict[SagaStatus, int]:
+    """How many sagas there are in each status; with ``cap``, at most ``cap + 1`` each."""
     i = t.instances.c
-    statement = select(i.status, func.count()).group_by(i.status)
-    return {SagaStatus(status): int(n) for status, n in connection.execute(statement)}
+    if cap is None:  # GROUP BY the leading column of ix_saga_instances_status_created
+        statement = select(i.status, func.count()).group_by(i.status)
+        return {SagaStatus(status): int(n) for status, n in connection.execute(statement)}
+    # Each status's count stops at cap + 1 index entries: a million finished sagas cost
+    # what ten thousand do, where a GROUP BY would read every entry of the index.
+    counts = {}
+    for status in SagaStatus:
+        some = select(i.id).where(i.status == status.value).limit(cap + 1).subquery()
+        n = int(connection.execute(select(func.count()).select_from(some)).scalar_one())
+        if n:
+            counts[status] = n
+    return counts
 
 
 def stuck_count(connection: Connection, dialect: Dialect) -> int:

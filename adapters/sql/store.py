@@ -203,8 +203,8 @@ class SqlSagaStore(SqlTransactions):
     def list(self, query: ListQuery) -> builtins.list[SagaRecord]:
         return self.read(lambda c: reads.listed(c, self.dialect, query))
 
-    def status_counts(self) -> dict[SagaStatus, int]:
-        return self.read(reads.status_counts)
+    def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
+        return self.read(lambda connection: reads.status_counts(connection, cap))
 
     def stuck_count(self) -> int:
         return self.read(lambda c: reads.stuck_count(c, self.dialect))

@@ -64,9 +64,10 @@ def list_sagas(
     return SagaPage(views, coord.store.now(), limit, notes)
 
 
-def status_counts(coord: Coordinator) -> dict[SagaStatus, int]:
-    """How many sagas are in each status, every status listed (zero when none)."""
-    counts = coord.store.status_counts()
+def status_counts(coord: Coordinator, cap: int | None = None) -> dict[SagaStatus, int]:
+    """How many sagas are in each status, every status listed (zero when none). With
+    ``cap``, a count over ``cap`` reads ``cap + 1`` (show it as "more than cap")."""
+    counts = coord.store.status_counts(cap)
     return {status: counts.get(status, 0) for status in SagaStatus}
 
 

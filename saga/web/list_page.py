@@ -52,13 +52,23 @@ def list_page(
     return page("sagas", "".join(body))
 
 
+COUNT_CAP = 10_000
+"""The list counts each status up to this many sagas and shows more as "10,000+": a
+count stops at that many index entries, so the page costs the same at a million
+finished sagas as at ten thousand (docs/web.md, "Speed")."""
+
+
 def _counts(counts: Mapping[SagaStatus, int]) -> str:
     links = "".join(
         f'<a class="count" data-status="{s.value}" href="./?{query({"status": s.value})}">'
-        f'<span class="badge {s.value}">{s.value}</span> {n}</a>'
+        f'<span class="badge {s.value}">{s.value}</span> {_count(n)}</a>'
         for s, n in counts.items()
     )
     return f'<p class="counts" id="counts">{links} <a href="./?stuck=1">stuck only</a></p>'
+
+
+def _count(n: int) -> str:
+    return f"{COUNT_CAP:,}+" if n > COUNT_CAP else str(n)
 
 
 def _form(filters: Filters) -> str:

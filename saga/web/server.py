@@ -27,7 +27,7 @@ from saga.errors import (
 )
 from saga.ports import DEFAULT_LIST_LIMIT
 from saga.web import actions, saga_page
-from saga.web.list_page import Filters, list_page
+from saga.web.list_page import COUNT_CAP, Filters, list_page
 from saga.web.markup import ROOT
 from saga.web.pages import diff_page, error_page, login_page
 from saga.web.security import COOKIE, Guard, is_loopback
@@ -78,7 +78,7 @@ class Console:
 
     async def sagas(self, request: Request) -> Response:
         filters = _filters(request)
-        counts = await run_in_threadpool(admin.status_counts, self.coord)
+        counts = await run_in_threadpool(admin.status_counts, self.coord, COUNT_CAP)
         try:
             result = await run_in_threadpool(self._page, filters, request)
         except (ConfigurationError, UnknownSagaError) as error:

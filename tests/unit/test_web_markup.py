@@ -12,7 +12,7 @@ from saga.ports import EventRecord
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.views import SagaView, StepView
 from saga.web import actions
-from saga.web.list_page import Filters, list_page
+from saga.web.list_page import COUNT_CAP, Filters, list_page
 from saga.web.pages import diff_page
 from saga.web.saga_page import Extras, saga_page
 
@@ -63,6 +63,14 @@ def test_the_list_escapes_the_id_in_every_attribute_and_quotes_it_in_the_link() 
     assert row["data-id"] == FORGED
     assert FORGED in page.values("title")
     assert f"saga/{quote(FORGED, safe='')}" in page.values("href")
+
+
+def test_a_count_past_the_cap_reads_as_more_than_the_cap() -> None:
+    counts = {SagaStatus.COMPLETED: COUNT_CAP + 1, SagaStatus.FAILED: 3, SagaStatus.RUNNING: 0}
+    html = list_page(SagaPage((), now=2.0, limit=100), counts, Filters())
+    assert f"</span> {COUNT_CAP:,}+</a>" in html  # counted up to the cap, and no further
+    assert "</span> 3</a>" in html
+    assert "</span> 0</a>" in html
 
 
 def test_the_saga_page_diff_and_confirmation_escape_the_id() -> None:
