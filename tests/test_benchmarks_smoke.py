@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from benchmarks import saga_bench
 from benchmarks.common import W1, Result
+from tests.children import ROOT
 
 
 def test_saga_workload_1_runs_and_reports_its_figures(tmp_path: Path) -> None:
@@ -18,3 +23,21 @@ def test_saga_workload_1_runs_and_reports_its_figures(tmp_path: Path) -> None:
     assert result.seconds > 0
     assert result.sagas_per_s > 0
     assert 0 < result.p50_ms <= result.p99_ms
+
+
+SMALL = ("--sagas", "50", "--repeat", "1")
+
+
+@pytest.mark.postgres
+def test_the_web_list_benchmark_fills_and_fetches_the_page(postgres_server: str) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "benchmarks.web_list", "--postgres", postgres_server, *SMALL],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "list page with 50 finished sagas" in ran.stdout
+    assert "counts, exact GROUP BY" in ran.stdout
