@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,19 @@ def test_the_web_list_benchmark_fills_and_fetches_the_page(postgres_server: str)
     assert ran.returncode == 0, ran.stderr
     assert "list page with 50 finished sagas" in ran.stdout
     assert "counts, exact GROUP BY" in ran.stdout
+
+
+@pytest.mark.postgres
+def test_the_purge_benchmark_runs_purge_beside_the_workload(postgres_server: str) -> None:
+    small = ("--sagas", "3000", "--slices", "1", "--n", "5")  # 1,560 older than an hour
+    ran = subprocess.run(
+        [sys.executable, "-m", "benchmarks.purge", "--postgres", postgres_server, *small],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert re.search(r"saga purge deleted 1,5\d\d of 3,000 sagas", ran.stdout), ran.stdout
+    assert "workload 1 beside it" in ran.stdout
