@@ -9,7 +9,7 @@ stopped (SIGSTOP) and continued (SIGCONT) so that the workload's slices
 alternate with and without it on the same machine: the ratio of their medians
 is the cost. Then purge finishes alone, and its rate is reported.
 
-    python -m benchmarks.purge --postgres URL [--sagas 1000000] [--slices 6] [--n 300]
+    python -m benchmarks.purge --postgres URL [--sagas 1000000] [--slices 6] [--n 300] [--pace 0.5]
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--sagas", type=int, default=1_000_000)
     parser.add_argument("--slices", type=int, default=6, help="slices with and without purge")
     parser.add_argument("--n", type=int, default=300, help="sagas per slice")
+    parser.add_argument("--pace", default="0.5", help="saga purge --pace (1: flat out)")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(fresh_schema(args.postgres))
@@ -68,7 +69,9 @@ def main() -> None:
         call = system.caller(W1)
         present = _sagas(url)
         command = [sys.executable, "-m", "saga", "--db", url, "purge", "--older-than", "1h"]
-        purge = subprocess.Popen([*command, "--yes"], stdout=subprocess.DEVNULL)
+        purge = subprocess.Popen(
+            [*command, "--pace", args.pace, "--yes"], stdout=subprocess.DEVNULL
+        )
         beside, alone = _alternate(purge, call, args.slices, args.n)
         left, started = _sagas(url), time.perf_counter()
         os.kill(purge.pid, signal.SIGCONT)
@@ -78,7 +81,10 @@ def main() -> None:
         seconds, gone = time.perf_counter() - started, left - remaining
     rows = sum(filled.values()) / max(1, filled["saga_instances"])
     deleted = present - remaining + args.slices * args.n * 2  # the workload's sagas stay
-    print(f"saga purge deleted {deleted:,} of {args.sagas:,} sagas ({rows:.0f} rows each)")
+    print(
+        f"saga purge --pace {args.pace} deleted {deleted:,} of {args.sagas:,} sagas"
+        f" ({rows:.0f} rows each)"
+    )
     print(
         f"  alone: {gone / seconds:,.0f} sagas/s ({gone * rows / seconds:,.0f} rows/s)"
         f" over its last {seconds:.0f} s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 from saga.admin.facts import FINISHED
@@ -9,6 +10,19 @@ from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
 from saga.ports import Deletable, ListQuery
 from saga.status import SagaStatus
+
+DEFAULT_PACE = 0.5
+"""Purge works half the time and rests the other half: on a small machine, flat out it
+took a core that running sagas wanted (docs/operating.md, "Purging finished sagas")."""
+
+
+def check_pace(pace: float) -> None:
+    """Refuse a pace that is not a share of the time (before anything is asked or deleted)."""
+    if not 0 < pace <= 1:
+        raise ConfigurationError(
+            f"--pace {pace:g} is not a share of the time: give a number above 0 and at most 1 "
+            "(0.5: purge works half the time, 1: flat out)"
+        )
 
 
 def purge(
@@ -18,12 +32,17 @@ def purge(
     statuses: Sequence[SagaStatus] = (SagaStatus.COMPLETED, SagaStatus.COMPENSATED),
     batch: int = 500,
     progress: Callable[[int], None] | None = None,
+    pace: float = DEFAULT_PACE,
 ) -> int:
     """Delete finished sagas created more than ``older_than`` seconds ago; return how many.
 
     Their steps and events go with them, so a key used again afterwards
-    starts a fresh saga.
+    starts a fresh saga. Each batch is one short transaction; ``pace`` is the
+    share of the time purge works (after a batch that took t seconds it rests
+    ``t * (1 - pace) / pace``), so that the sagas running beside it keep the
+    database and the machine (1: flat out).
     """
+    check_pace(pace)
     unfinished = [s.value for s in statuses if s not in FINISHED]
     if unfinished or not statuses:
         raise ConfigurationError(
@@ -37,6 +56,7 @@ def purge(
     query = ListQuery(status=tuple(statuses), older_than=older_than, limit=batch)
     total = 0
     while True:
+        began = time.monotonic()
         ids = [record.id for record in store.list(query)]
         deleted = store.delete(ids) if ids else 0
         total += deleted
@@ -44,3 +64,4 @@ def purge(
             progress(total)
         if deleted == 0:
             return total
+        time.sleep((time.monotonic() - began) * (1 - pace) / pace)

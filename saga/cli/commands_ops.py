@@ -18,6 +18,7 @@ import typer
 from rich.progress import Progress
 
 from saga import admin, logs
+from saga.admin import maintenance
 from saga.cli.options import DemoDbUrl, JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import (
@@ -421,12 +422,21 @@ def purge_command(
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    pace: Annotated[
+        float,
+        typer.Option(
+            "--pace",
+            help="Share of the time purge works, resting between batches (1: flat out).",
+            metavar="SHARE",
+        ),
+    ] = maintenance.DEFAULT_PACE,
 ) -> None:
     """Delete finished sagas (with their steps and events), in batches."""
     session = session_of(ctx)
     with reporting(session):
         seconds = admin.parse_duration(older_than, "--older-than")
         statuses = admin.parse_statuses(status or ["completed,compensated"])
+        maintenance.check_pace(pace)
         coord = session.coordinator()
         what = ", ".join(s.value for s in statuses)
         question = (
@@ -435,7 +445,11 @@ def purge_command(
         if not yes:
             _confirm(question)
         deleted = admin.purge(
-            coord, older_than=seconds, statuses=statuses, progress=_purge_progress(session)
+            coord,
+            older_than=seconds,
+            statuses=statuses,
+            progress=_purge_progress(session),
+            pace=pace,
         )
         if session.json:
             session.emit_json({"deleted": deleted})

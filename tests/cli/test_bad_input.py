@@ -23,6 +23,8 @@ UNREACHABLE = "postgresql+psycopg://postgres:s3cr3t@127.0.0.1:1/x"
         (["recover", "nope"], "'nope' is not a saga id"),
         (["compensate", "00000000-0000-0000-0000-000000000000"], "no saga with id"),
         (["purge", "--older-than", "30d", "--status", "runing", "--yes"], "unknown status"),
+        (["purge", "--older-than", "30d", "--pace", "0", "--yes"], "--pace 0 is not a share"),
+        (["purge", "--older-than", "30d", "--pace", "2", "--yes"], "--pace 2 is not a share"),
         (["worker", "--lease-ttl", "0s"], "--lease-ttl must be positive"),
         (["worker", "--lease-ttl", "soon"], "--lease-ttl 'soon' is not a duration"),
         (["worker", "--lease-ttl", "50ms"], "--lease-ttl 0.05s is out of range; pass a number"),
