@@ -25,7 +25,7 @@ from saga.engine.attempts import (
 )
 from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack, unwound_status
 from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep, hand_back, write
-from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
+from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga.failure import compensation_failed
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord
@@ -153,8 +153,12 @@ def _undo(
                 failed = records.undo_attempt_failed(
                     cursor.record, step.name, cursor.error, cursor.took, delay
                 )
-                why = f"the compensation of step {step.name!r} waits {delay:.1f}s to retry"
-                raise (yield from hand_back(cursor.record, (), failed, delay, why)) from None
+                waiting = SagaHandedBack.waiting_for(
+                    record.id, step.name, attempt, _budget(policy, used, step), cursor.error, delay
+                )
+                assert waiting.why is not None
+                yield from hand_back(cursor.record, (), failed, delay, waiting.why)
+                raise waiting from None
             yield Sleep(delay, interruptible=True)
             if (yield DRAINING):  # the failed attempt is recorded with the hand-back
                 failed = records.undo_attempt_failed(
@@ -165,6 +169,14 @@ def _undo(
     record = yield from write(cursor.record, [write_], [event])
     yield Fault("after_undo_commit", step.name)
     return record
+
+
+def _budget(policy: RetryPolicy, used: int, step: StepRecord) -> int | None:
+    """The attempt number the policy stops after, as attempts are numbered (stored):
+    an operator's fresh budget starts after the attempts already made."""
+    if policy.max_attempts is None:
+        return None
+    return policy.max_attempts + (step.undo_attempt - used)
 
 
 def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool]:
