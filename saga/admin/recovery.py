@@ -13,6 +13,7 @@ from typing import Any
 
 from saga.admin.facts import human_duration, json_value, lease_left
 from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
+from saga.admin.waiting import waiting
 from saga.coordinator import Coordinator
 from saga.engine import Route, recovery_route
 from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
@@ -220,7 +221,8 @@ def _carry_out(coord: Coordinator, item: RecoveryItem) -> RecoveryItem:
     if outcome.error is not None:
         return dataclasses.replace(item, result=Result.FAILED, reason=outcome.error)
     if outcome.handed_back:  # not failed: its compensation's next attempt is due later
-        reason = HANDED_BACK_REASON
+        found = waiting(coord, item.saga_id) if outcome.waiting else None
+        reason = HANDED_BACK_REASON if found is None else f"waiting: {found.text}"
         return dataclasses.replace(
             item, result=Result.SKIPPED, status=outcome.status, reason=reason
         )

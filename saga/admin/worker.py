@@ -15,6 +15,7 @@ from saga.admin.facts import human_duration, json_value
 from saga.admin.health import DatabaseCheck, loop_alive
 from saga.admin.recovery import LOST_REASON
 from saga.admin.unrunnable import Unrunnable
+from saga.admin.waiting import waiting
 from saga.coordinator import Coordinator
 from saga.errors import (
     ConfigurationError,
@@ -34,6 +35,9 @@ class WorkerStats:
     """Sagas another process claimed while this worker was finishing them."""
     handed_back: int = 0
     """Sagas this worker gave back at a step boundary when told to stop (drain)."""
+    waiting: int = 0
+    """Sagas whose compensation failed again in this worker's hands and were handed back
+    until its next attempt is due (normal during a participant's outage)."""
     unrunnable: int = 0
     """Stuck sagas this worker left at its last pass: it cannot run them."""
     beat: float = dataclasses.field(default_factory=time.monotonic)
@@ -201,6 +205,11 @@ class _Loop:
                 self.stats.lost += 1
             self.log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
             return True
+        if outcome.waiting:  # normal: a worker claims it again when its attempt is due
+            with self.lock:
+                self.stats.waiting += 1
+            self.log(self._waiting_line(outcome))
+            return True
         if outcome.handed_back:  # stopping: nothing more is claimed after it
             with self.lock:
                 self.stats.handed_back += 1
@@ -216,6 +225,16 @@ class _Loop:
             self.stats.errors += 1
         self.log(f"saga {outcome.saga_id} ({outcome.name}) not recovered: {outcome.error}")
         return False
+
+    def _waiting_line(self, outcome: RecoveryOutcome) -> str:
+        """What a saga handed back to wait for its compensation's next attempt is told as:
+        waiting, with when (read from its history), never as a failure."""
+        try:
+            found = waiting(self.coord, outcome.saga_id)
+        except Exception:  # noqa: BLE001 - the saga is fine; only the detail is missing
+            found = None
+        said = found.text if found is not None else f"saga {outcome.saga_id} is compensating"
+        return f"{said} ({outcome.name}: {outcome.why})" if found is None else said
 
 
 def serve_worker_metrics(

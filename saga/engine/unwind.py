@@ -150,11 +150,12 @@ def _undo(
             if (
                 delay > resolver.compensation_wait_in_place
             ):  # a caller's thread never waits that long
+                budget = _budget(policy, used, step)
                 failed = records.undo_attempt_failed(
-                    cursor.record, step.name, cursor.error, cursor.took, delay
+                    cursor.record, step.name, cursor.error, cursor.took, delay, budget
                 )
                 waiting = SagaHandedBack.waiting_for(
-                    record.id, step.name, attempt, _budget(policy, used, step), cursor.error, delay
+                    record.id, step.name, attempt, budget, cursor.error, delay
                 )
                 assert waiting.why is not None
                 yield from hand_back(cursor.record, (), failed, delay, waiting.why)

@@ -213,7 +213,8 @@ def test_the_default_compensation_budget_outlasts_an_outage_of_minutes() -> None
     a participant's deploy or failover does not turn an unwinding saga ``failed``."""
     policy = DEFAULT_COMPENSATION_RETRY
     assert policy.max_attempts == 20
-    assert policy.retries(ConnectionError()) and policy.retries(ValueError())
+    assert policy.retries(ConnectionError())
+    assert policy.retries(ValueError())
     assert policy.schedule() == (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0) + (60.0,) * 12
     assert sum(policy.schedule()) == 783.5  # 13 min 03.5 s before jitter
     assert policy.jitter == 0.1
