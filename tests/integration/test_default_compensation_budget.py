@@ -1,0 +1,103 @@
+"""Issue 29: under the default compensation budget a participant's outage that ends
+within minutes is outlasted. The caller makes the first attempts in place and gets
+``SagaHandedBack`` (waiting, not failed); workers make the next attempts as each comes
+due, and the saga ends ``compensated`` without a person. Under the old default (five
+attempts within about 1.5 s) the same outage ended ``failed``. On SQLite and PostgreSQL.
+
+No wall time decides anything here: each next attempt is made due by expiring the
+saga's lease on purpose, as a worker finds it once the wait is over.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from saga import Coordinator, Saga, SagaHandedBack, SagaStatus, StepContext
+from saga.policy import DEFAULT_COMPENSATION_RETRY
+from tests.integration.conftest import MakeCoordinator
+from tests.integration.support import expire_lease, kinds
+
+OUTAGE = 8
+"""Attempts of the refund that fail before the bank is back: more than the old default's
+five, a small part of the new default's twenty."""
+
+
+def _saga(name: str, tries: list[int], outage: int = OUTAGE) -> Saga:
+    """``ship`` fails; ``charge``'s refund fails its first ``outage`` attempts."""
+    saga = Saga(name)
+
+    @saga.step()
+    def charge(ctx: StepContext) -> str:
+        return "charged"
+
+    @charge.compensation  # the default budget: no retry= of its own
+    def refund(ctx: StepContext) -> None:
+        tries.append(ctx.attempt)
+        if ctx.attempt <= outage:
+            raise ConnectionError("bank unreachable")
+
+    @saga.step(retry=None)
+    def ship(ctx: StepContext) -> None:
+        raise RuntimeError("no courier")
+
+    return saga
+
+
+def _work_until_settled(worker: Coordinator, saga_id: str) -> list[SagaStatus | None]:
+    """Worker passes, each after the saga's next attempt came due; what each pass ended."""
+    ended: list[SagaStatus | None] = []
+    while worker.get(saga_id).status is SagaStatus.COMPENSATING:
+        assert len(ended) < DEFAULT_COMPENSATION_RETRY.max_attempts  # type: ignore[operator]
+        expire_lease(worker, saga_id)  # the wait is over, as the database clock would say
+        (outcome,) = worker.recover().outcomes
+        assert outcome.error is None  # waiting, compensated or failed: never refused
+        ended.append(None if outcome.waiting else outcome.status)
+    return ended
+
+
+def test_an_outage_that_ends_is_compensated_by_workers_without_a_person(
+    make_coord: MakeCoordinator,
+) -> None:
+    tries: list[int] = []
+    saga = _saga("budget-outage", tries)
+    with pytest.raises(SagaHandedBack) as handed:
+        make_coord().run(saga, key="outage-1")
+    waiting = handed.value
+    assert waiting.waiting
+    assert waiting.status is SagaStatus.COMPENSATING
+    # The waits of 0.5, 1 and 2 s are spent in place; the fourth failure hands it back.
+    assert (waiting.step, waiting.attempt, waiting.max_attempts) == ("charge", 4, 20)
+    assert waiting.error == "ConnectionError: bank unreachable"
+    assert str(waiting).startswith(
+        f"saga {waiting.saga_id} is compensating: attempt 4 of 20 of the compensation of "
+        "step 'charge' failed (ConnectionError: bank unreachable); it waits "
+    )
+    assert tries == [1, 2, 3, 4]
+
+    worker = make_coord()
+    worker.register(saga)
+    ended = _work_until_settled(worker, waiting.saga_id)
+    # Attempts 5 to 8 fail, each handed back again; the 9th finds the bank back.
+    assert ended == [None] * (OUTAGE - 4) + [SagaStatus.COMPENSATED]
+    assert tries == list(range(1, OUTAGE + 2))
+    view = worker.get(waiting.saga_id)
+    assert view.status is SagaStatus.COMPENSATED
+    assert view.step("charge").status.value == "compensated"
+    assert "operator_action" not in kinds(worker, view.id)  # nobody had to act
+
+
+def test_an_outage_longer_than_the_budget_still_ends_failed(
+    make_coord: MakeCoordinator,
+) -> None:
+    """The budget is finite: a refund that never comes back ends ``failed`` after its
+    twentieth attempt, for a person to look at."""
+    tries: list[int] = []
+    saga = _saga("budget-spent", tries, outage=1000)
+    with pytest.raises(SagaHandedBack) as handed:
+        make_coord().run(saga, key="spent-1")
+    worker = make_coord()
+    worker.register(saga)
+    ended = _work_until_settled(worker, handed.value.saga_id)
+    assert ended == [None] * 15 + [SagaStatus.FAILED]
+    assert tries == list(range(1, 21))
+    assert worker.get(handed.value.saga_id).status is SagaStatus.FAILED
