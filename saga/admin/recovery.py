@@ -58,6 +58,9 @@ class RecoveryItem:
     result: Result
     status: SagaStatus | None = None
     reason: str | None = None
+    waiting: bool = False
+    """Skipped because its compensation failed again and waits for its next attempt,
+    which a worker makes: normal during a participant's outage, not a failure."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,7 @@ class RecoveryItem:
             "result": self.result.value,
             "status": json_value(self.status),
             "reason": self.reason,
+            "waiting": self.waiting,
         }
 
 
@@ -89,9 +93,12 @@ class RecoverySummary:
         """Every saga listed was recovered (under ``dry_run``: none would be skipped).
 
         A saga skipped (not stuck, no definition, taken meanwhile) is not recovered,
-        any more than one that failed; an empty run, with nothing stuck, is ok.
+        any more than one that failed; an empty run, with nothing stuck, is ok, and so
+        is one whose compensation waits for its next attempt (``waiting``): a worker
+        goes on with it, nobody has to act.
         """
-        return self.count(Result.FAILED) == 0 and self.count(Result.SKIPPED) == 0
+        skipped = sum(1 for i in self.items if i.result is Result.SKIPPED and not i.waiting)
+        return self.count(Result.FAILED) == 0 and skipped == 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -224,7 +231,11 @@ def _carry_out(coord: Coordinator, item: RecoveryItem) -> RecoveryItem:
         found = waiting(coord, item.saga_id) if outcome.waiting else None
         reason = HANDED_BACK_REASON if found is None else f"waiting: {found.text}"
         return dataclasses.replace(
-            item, result=Result.SKIPPED, status=outcome.status, reason=reason
+            item,
+            result=Result.SKIPPED,
+            status=outcome.status,
+            reason=reason,
+            waiting=outcome.waiting,
         )
     status = outcome.status
     if status is SagaStatus.COMPLETED:

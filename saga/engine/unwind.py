@@ -24,7 +24,18 @@ from saga.engine.attempts import (
     undone_outcome,
 )
 from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack, unwound_status
-from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep, hand_back, write
+from saga.engine.effects import (
+    DRAINING,
+    Action,
+    Call,
+    Fault,
+    Flow,
+    Load,
+    Sleep,
+    StoreCall,
+    hand_back,
+    write,
+)
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga.failure import compensation_failed
 from saga.policy import RetryPolicy
@@ -127,7 +138,7 @@ def _undo(
         return record
     if (yield DRAINING):  # stopping: the next owner goes on with this compensation
         raise (yield from hand_back(record))
-    used = 0 if fresh else step.undo_attempt
+    used = 0 if fresh else (yield from _budget_used(record, step, policy))
     if not policy.allows(used + 1):
         return (yield from _exhausted(record, step.name, "compensation attempts used up"))
     cursor = _Undoing(record)
@@ -170,6 +181,23 @@ def _undo(
     record = yield from write(cursor.record, [write_], [event])
     yield Fault("after_undo_commit", step.name)
     return record
+
+
+def _budget_used(record: SagaRecord, step: StepRecord, policy: RetryPolicy) -> Flow[int]:
+    """How many attempts of ``step``'s compensation its current budget has used: all of
+    them, unless an operator's retry gave it a fresh budget and it was handed back to
+    wait since; then those made after the retry began, as the hand-back recorded where
+    that budget ends (``max_attempts`` of its failed attempt)."""
+    if step.undo_attempt == 0 or policy.max_attempts is None:
+        return step.undo_attempt
+    history = yield StoreCall(lambda store: store.events(record.id))
+    for event in reversed(history):
+        if event.step == step.name and event.kind == "compensation_attempt_failed":
+            end = (event.detail or {}).get("max_attempts")
+            if isinstance(end, int) and end > policy.max_attempts:  # a fresh budget's end
+                return max(0, step.undo_attempt - (end - policy.max_attempts))
+            break
+    return step.undo_attempt
 
 
 def _budget(policy: RetryPolicy, used: int, step: StepRecord) -> int | None:
