@@ -112,3 +112,11 @@ def quick_coordinator() -> Coordinator:
             max_attempts=2, initial_delay=0.001, max_delay=0.005, retry_on=(Exception,)
         ),
     )
+
+
+def unflaky(result: Any, name: str, error: str = "connection") -> None:
+    """A compensation that fails with ``ConnectionError`` while ``FAILURES[name]`` > 0."""
+    CALLS.append(("unflaky", name, current_step().attempt))
+    if FAILURES.get(name, 0) > 0:
+        FAILURES[name] -= 1
+        raise ConnectionError(f"{name} unreachable")

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import pytest
 
-from saga import Coordinator, Saga, SagaHandedBack, SagaStatus, StepContext
+from saga import (
+    Coordinator,
+    Saga,
+    SagaFailed,
+    SagaHandedBack,
+    SagaScope,
+    SagaStatus,
+    StepContext,
+    admin,
+)
 from saga.policy import DEFAULT_COMPENSATION_RETRY
+from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
-from tests.integration.support import expire_lease, kinds
+from tests.integration.support import expire_lease, fast, kinds
 
 OUTAGE = 8
 """Attempts of the refund that fail before the bank is back: more than the old default's
@@ -101,3 +111,36 @@ def test_an_outage_longer_than_the_budget_still_ends_failed(
     assert ended == [None] * 15 + [SagaStatus.FAILED]
     assert tries == list(range(1, 21))
     assert worker.get(handed.value.saga_id).status is SagaStatus.FAILED
+
+
+def _charge_then_cancel(scope: SagaScope) -> None:
+    with scope:
+        scope.step(steps.flaky, "bank", compensate=steps.unflaky)
+        steps.FAILURES["bank"] = 1000  # the bank goes down as the order is cancelled
+        raise KeyError("order cancelled")
+
+
+def test_an_operators_retry_gets_a_whole_fresh_budget_across_hand_backs(
+    make_coord: MakeCoordinator,
+) -> None:
+    """``retry-compensation`` of a saga that spent its budget gives it the default budget
+    afresh, and a worker that takes it after a hand-back counts from that fresh start
+    (it used to count every attempt ever made, and fail the saga before trying)."""
+    trusted = ["tests.integration.steps"]
+    app = make_coord(compensation_retry=fast(20, retry_on=(Exception,)), trusted_modules=trusted)
+    with pytest.raises(SagaFailed) as failure:
+        _charge_then_cancel(app.saga("budget-retry"))
+    saga_id = failure.value.saga_id
+    assert app.get(saga_id).status is SagaStatus.FAILED
+    assert app.get(saga_id).step("flaky").compensation_attempt == 20
+
+    steps.FAILURES["bank"] = 6  # after the operator's retry, down for six more attempts
+    operator = make_coord(trusted_modules=trusted)  # the default budget
+    with pytest.raises(SagaHandedBack) as handed:
+        admin.retry_compensation(operator, saga_id)
+    assert (handed.value.attempt, handed.value.max_attempts) == (24, 40)
+
+    ended = _work_until_settled(operator, saga_id)
+    assert ended == [None, None, SagaStatus.COMPENSATED]  # 25 and 26 fail, 27 undoes it
+    unflaky = [c[2] for c in steps.CALLS if c[0] == "unflaky"]
+    assert unflaky == list(range(1, 28))
