@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -164,9 +165,7 @@ class _Loop:
             # A schema of another release is no outage: no retry brings it back.
             retry=tenacity.retry_if_exception_type(StorageError)
             & tenacity.retry_if_not_exception_type(SchemaVersionError),
-            wait=tenacity.wait_exponential_jitter(
-                initial=self.interval, max=max(60.0, self.interval)
-            ),
+            wait=_outage_wait(self.interval),
             stop=lambda _state: self.stop.is_set(),
             sleep=self._pause,
             before_sleep=tell,
@@ -235,6 +234,19 @@ class _Loop:
             found = None
         said = found.text if found is not None else f"saga {outcome.saga_id} is compensating"
         return f"{said} ({outcome.name}: {outcome.why})" if found is None else said
+
+
+def _outage_wait(interval: float) -> tenacity.wait.wait_base:
+    """From ``interval`` doubling to at least a minute, jittered. tenacity 9.2 renamed
+    ``initial`` to ``multiplier`` (the old name warns, an error under ``-W error``);
+    releases before it know only ``initial``."""
+    ceiling = max(60.0, interval)
+    if _JITTER_MULTIPLIER:
+        return tenacity.wait_exponential_jitter(multiplier=interval, max=ceiling)
+    return tenacity.wait_exponential_jitter(initial=interval, max=ceiling)
+
+
+_JITTER_MULTIPLIER = "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters
 
 
 def serve_worker_metrics(

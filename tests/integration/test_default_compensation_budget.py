@@ -10,6 +10,9 @@ saga's lease on purpose, as a worker finds it once the wait is over.
 
 from __future__ import annotations
 
+import re
+import threading
+
 import pytest
 
 from saga import (
@@ -144,3 +147,38 @@ def test_an_operators_retry_gets_a_whole_fresh_budget_across_hand_backs(
     assert ended == [None, None, SagaStatus.COMPENSATED]  # 25 and 26 fail, 27 undoes it
     unflaky = [c[2] for c in steps.CALLS if c[0] == "unflaky"]
     assert unflaky == list(range(1, 28))
+
+
+def test_the_worker_logs_a_compensation_that_fails_again_as_waiting(
+    make_coord: MakeCoordinator,
+) -> None:
+    """``saga worker`` (``admin.run_worker``): a hand-back to wait for the next attempt
+    is normal during an outage; it is logged as waiting, with when, and not counted
+    among the sagas handed back because the worker was told to stop."""
+    tries: list[int] = []
+    saga = _saga("budget-worker", tries)
+    with pytest.raises(SagaHandedBack) as handed:
+        make_coord().run(saga, key="worker-1")
+    saga_id = handed.value.saga_id
+    worker = make_coord()
+    worker.register(saga)
+    expire_lease(worker, saga_id)  # attempt 5 is due; the bank is still down
+    lines: list[str] = []
+    stop = threading.Event()
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if saga_id in line:  # the one line about our saga: the pass is over
+            stop.set()
+
+    stats = admin.run_worker(worker, stop, interval=0.05, log=log)
+    (said,) = [line for line in lines if saga_id in line]
+    assert re.fullmatch(
+        rf"saga {saga_id} is compensating: attempt 5 of 20 of the compensation of step "
+        r"'charge' failed \(ConnectionError: bank unreachable\); next attempt at "
+        r"\d\d:\d\d:\d\d UTC, a worker retries it",
+        said,
+    ), said
+    assert (stats.waiting, stats.handed_back, stats.errors) == (1, 0, 0)
+    assert "handing" not in lines[-1]  # "stopped after recovering 0 saga(s)", nothing handed
+    assert tries == [1, 2, 3, 4, 5]
