@@ -25,7 +25,6 @@ from saga import (
     StepContext,
     admin,
 )
-from saga.policy import DEFAULT_COMPENSATION_RETRY
 from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import expire_lease, fast, kinds
@@ -60,7 +59,7 @@ def _work_until_settled(worker: Coordinator, saga_id: str) -> list[SagaStatus | 
     """Worker passes, each after the saga's next attempt came due; what each pass ended."""
     ended: list[SagaStatus | None] = []
     while worker.get(saga_id).status is SagaStatus.COMPENSATING:
-        assert len(ended) < DEFAULT_COMPENSATION_RETRY.max_attempts  # type: ignore[operator]
+        assert len(ended) < 20  # the default budget ends it before
         expire_lease(worker, saga_id)  # the wait is over, as the database clock would say
         (outcome,) = worker.recover().outcomes
         assert outcome.error is None  # waiting, compensated or failed: never refused
