@@ -212,16 +212,79 @@ class SagaHandedBack(SagaError):
     Also raised, with ``why``, when a compensation failed and its next attempt is due
     only after a long wait (more than ``saga.policy.INLINE_COMPENSATION_WAIT``): the
     failed attempt is recorded, the saga stays ``compensating`` with no owner, and a
-    worker (``saga worker``, ``coord.recover()``) retries it once the wait is over."""
+    worker (``saga worker``, ``coord.recover()``) retries it once the wait is over.
+    Such a one is ``waiting`` and says which compensation: ``step``, the ``attempt``
+    that failed out of ``max_attempts`` (None: no limit), its ``error`` (type: message)
+    and the ``delay`` (s) until the next attempt is due."""
 
-    def __init__(self, saga_id: str, status: SagaStatus, why: str | None = None) -> None:
+    def __init__(
+        self,
+        saga_id: str,
+        status: SagaStatus,
+        why: str | None = None,
+        *,
+        step: str | None = None,
+        attempt: int | None = None,
+        max_attempts: int | None = None,
+        error: str | None = None,
+        delay: float | None = None,
+    ) -> None:
         self.saga_id = saga_id
         self.status = status
         self.why = why
+        self.step = step
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.error = error
+        self.delay = delay
+        if self.waiting:
+            super().__init__(
+                f"saga {saga_id} is {status.value}: {self.attempt_text}; it waits "
+                f"{delay or 0.0:.1f}s for the next attempt, which a worker (saga worker, "
+                "coord.recover()) makes"
+            )
+            return
         reason = why or "this process is stopping"
         super().__init__(
             f"saga {saga_id} handed back while {status.value}: {reason}, "
             "and another process (a worker, a retry of the same key) finishes it"
+        )
+
+    @classmethod
+    def waiting_for(
+        cls,
+        saga_id: str,
+        step: str,
+        attempt: int,
+        max_attempts: int | None,
+        error: str | None,
+        delay: float,
+    ) -> SagaHandedBack:
+        """A compensating saga handed back until its compensation's next attempt is due."""
+        why = f"the compensation of step {step!r} waits {delay:.1f}s to retry"
+        return cls(
+            saga_id,
+            SagaStatus.COMPENSATING,
+            why,
+            step=step,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            error=error,
+            delay=delay,
+        )
+
+    @property
+    def waiting(self) -> bool:
+        """A compensation waits for its next attempt (nothing is stopping)."""
+        return self.step is not None and self.attempt is not None
+
+    @property
+    def attempt_text(self) -> str:
+        """``attempt 4 of 20 of step 'charge''s compensation failed (E)``."""
+        of = "" if self.max_attempts is None else f" of {self.max_attempts}"
+        return (
+            f"attempt {self.attempt}{of} of the compensation of step {self.step!r} "
+            f"failed ({self.error})"
         )
 
 

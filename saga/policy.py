@@ -98,9 +98,19 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Delay after attempt number ``attempt`` failed, jitter included."""
-        base = min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
+        base = self._base_delay(attempt)
         spread = base * self.jitter
         return max(0.0, base + random.uniform(-spread, spread))
+
+    def schedule(self) -> tuple[float, ...]:
+        """The waits (s) between attempts, before jitter: one fewer than ``max_attempts``;
+        their sum is how long the policy outlasts an error that does not go away."""
+        if self.max_attempts is None:
+            raise ConfigurationError("RetryPolicy.schedule: max_attempts=None never ends")
+        return tuple(self._base_delay(attempt) for attempt in range(1, self.max_attempts))
+
+    def _base_delay(self, attempt: int) -> float:
+        return min(self.max_delay, self.initial_delay * self.multiplier ** max(0, attempt - 1))
 
     def _tenacity_args(
         self, attempts_used: int
@@ -178,8 +188,24 @@ DEFAULT_STEP_RETRY = RetryPolicy()
 DEFAULT_RETRIABLE_RETRY = RetryPolicy(max_attempts=None, max_delay=30.0, retry_on=(Exception,))
 """Retriable steps (after a pivot): retried on any error until they succeed."""
 
-DEFAULT_COMPENSATION_RETRY = RetryPolicy(max_attempts=5, retry_on=(Exception,))
-"""Compensations: five attempts on any error, then the saga is ``failed``."""
+DEFAULT_COMPENSATION_RETRY = RetryPolicy(
+    max_attempts=20, initial_delay=0.5, max_delay=60.0, jitter=0.1, retry_on=(Exception,)
+)
+"""Compensations: 20 attempts on any error, 0.5 s doubling to at most 60 s between two
+(+/-10 % jitter), about 13 minutes in all (:meth:`RetryPolicy.schedule`); then the saga
+is ``failed`` and needs a person.
+
+Why so long: an undo is owed, and what makes it fail is most often the participant
+being away for a while (a deploy, a failover, a network partition, a rate limit), which
+a few seconds of retries never outlast; a ``failed`` saga pages someone who can only
+retry it once the participant is back. The first attempts (the waits up to
+:data:`INLINE_COMPENSATION_WAIT`: 0.5, 1 and 2 s) are made in place, in the caller's
+thread; after the fourth the saga is handed back (``SagaHandedBack``: it is
+``compensating``, nothing failed for good) and a worker (``saga worker``,
+``coord.recover()``) makes each next attempt when it is due. A shorter budget, per
+compensation (``@step.compensation(retry=...)``) or per coordinator
+(``Coordinator(compensation_retry=...)``), suits a participant that fails fast for good
+(docs/concepts.md, "How long a compensation keeps trying")."""
 
 INLINE_COMPENSATION_WAIT = 3.0
 """The longest wait (s) before a compensation's next attempt that the process unwinding

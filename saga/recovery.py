@@ -19,7 +19,9 @@ class RecoveryOutcome:
     wrote nothing more for it, no event and no release. ``status`` and
     ``error`` are then None, and the outcome is ok: nothing failed.
     ``handed_back``: this process was draining (``Coordinator.drain()``) and gave
-    the saga back at a step boundary, still ``status``; ok, nothing failed.
+    the saga back at a step boundary, still ``status``; ok, nothing failed. Or, with
+    ``why`` (``waiting``), the saga's compensation failed again and was handed back
+    until its next attempt is due, which a worker makes then; ok too.
     """
 
     saga_id: str
@@ -28,6 +30,12 @@ class RecoveryOutcome:
     error: str | None
     lost: bool = False
     handed_back: bool = False
+    why: str | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Handed back to wait for a compensation's next attempt (not a stop)."""
+        return self.handed_back and self.why is not None
 
     @property
     def ok(self) -> bool:
@@ -39,9 +47,12 @@ class RecoveryOutcome:
         return cls(saga_id, name, None, None, lost=True)
 
     @classmethod
-    def given_back(cls, saga_id: str, name: str, status: SagaStatus) -> RecoveryOutcome:
-        """The outcome of a saga this process handed back while stopping."""
-        return cls(saga_id, name, status, None, handed_back=True)
+    def given_back(
+        cls, saga_id: str, name: str, status: SagaStatus, why: str | None = None
+    ) -> RecoveryOutcome:
+        """The outcome of a saga this process handed back while stopping, or (``why``)
+        for its compensation's next attempt."""
+        return cls(saga_id, name, status, None, handed_back=True, why=why)
 
 
 @dataclasses.dataclass

@@ -22,6 +22,7 @@ The modules behind this one::
     reads        list, show, history, diff
     actions      compensate, resume, cancel, retry-compensation, mark-compensated
     recovery     recover: plan, then carry out
+    waiting      a compensation waiting for its next attempt, as callers are told it
     worker       the recovery loop
     maintenance  purge
     schema       the schema's revision: status, upgrade, downgrade
@@ -101,6 +102,7 @@ from saga.admin.schema import (
     upgrade_sql,
 )
 from saga.admin.versions import VersionCheck, VersionInUse, check_versions
+from saga.admin.waiting import Waiting, waiting, waiting_after
 from saga.admin.worker import WorkerStats, run_worker, serve_worker_metrics
 
 __all__ = [
@@ -125,6 +127,7 @@ __all__ = [
     "TimelineEntry",
     "VersionCheck",
     "VersionInUse",
+    "Waiting",
     "WorkerStats",
     "application",
     "cancel",
@@ -169,4 +172,6 @@ __all__ = [
     "total_duration",
     "upgrade_schema",
     "upgrade_sql",
+    "waiting",
+    "waiting_after",
 ]

@@ -13,6 +13,7 @@ from typing import Any
 
 from saga.admin.facts import human_duration, json_value, lease_left
 from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
+from saga.admin.waiting import waiting
 from saga.coordinator import Coordinator
 from saga.engine import Route, recovery_route
 from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
@@ -57,6 +58,9 @@ class RecoveryItem:
     result: Result
     status: SagaStatus | None = None
     reason: str | None = None
+    waiting: bool = False
+    """Skipped because its compensation failed again and waits for its next attempt,
+    which a worker makes: normal during a participant's outage, not a failure."""
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +70,7 @@ class RecoveryItem:
             "result": self.result.value,
             "status": json_value(self.status),
             "reason": self.reason,
+            "waiting": self.waiting,
         }
 
 
@@ -88,9 +93,12 @@ class RecoverySummary:
         """Every saga listed was recovered (under ``dry_run``: none would be skipped).
 
         A saga skipped (not stuck, no definition, taken meanwhile) is not recovered,
-        any more than one that failed; an empty run, with nothing stuck, is ok.
+        any more than one that failed; an empty run, with nothing stuck, is ok, and so
+        is one whose compensation waits for its next attempt (``waiting``): a worker
+        goes on with it, nobody has to act.
         """
-        return self.count(Result.FAILED) == 0 and self.count(Result.SKIPPED) == 0
+        skipped = sum(1 for i in self.items if i.result is Result.SKIPPED and not i.waiting)
+        return self.count(Result.FAILED) == 0 and skipped == 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -220,9 +228,14 @@ def _carry_out(coord: Coordinator, item: RecoveryItem) -> RecoveryItem:
     if outcome.error is not None:
         return dataclasses.replace(item, result=Result.FAILED, reason=outcome.error)
     if outcome.handed_back:  # not failed: its compensation's next attempt is due later
-        reason = HANDED_BACK_REASON
+        found = waiting(coord, item.saga_id) if outcome.waiting else None
+        reason = HANDED_BACK_REASON if found is None else f"waiting: {found.text}"
         return dataclasses.replace(
-            item, result=Result.SKIPPED, status=outcome.status, reason=reason
+            item,
+            result=Result.SKIPPED,
+            status=outcome.status,
+            reason=reason,
+            waiting=outcome.waiting,
         )
     status = outcome.status
     if status is SagaStatus.COMPLETED:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import http.server
+import inspect
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from saga.admin.facts import human_duration, json_value
 from saga.admin.health import DatabaseCheck, loop_alive
 from saga.admin.recovery import LOST_REASON
 from saga.admin.unrunnable import Unrunnable
+from saga.admin.waiting import waiting
 from saga.coordinator import Coordinator
 from saga.errors import (
     ConfigurationError,
@@ -34,6 +36,9 @@ class WorkerStats:
     """Sagas another process claimed while this worker was finishing them."""
     handed_back: int = 0
     """Sagas this worker gave back at a step boundary when told to stop (drain)."""
+    waiting: int = 0
+    """Sagas whose compensation failed again in this worker's hands and were handed back
+    until its next attempt is due (normal during a participant's outage)."""
     unrunnable: int = 0
     """Stuck sagas this worker left at its last pass: it cannot run them."""
     beat: float = dataclasses.field(default_factory=time.monotonic)
@@ -160,9 +165,7 @@ class _Loop:
             # A schema of another release is no outage: no retry brings it back.
             retry=tenacity.retry_if_exception_type(StorageError)
             & tenacity.retry_if_not_exception_type(SchemaVersionError),
-            wait=tenacity.wait_exponential_jitter(
-                initial=self.interval, max=max(60.0, self.interval)
-            ),
+            wait=_outage_wait(self.interval),
             stop=lambda _state: self.stop.is_set(),
             sleep=self._pause,
             before_sleep=tell,
@@ -201,6 +204,11 @@ class _Loop:
                 self.stats.lost += 1
             self.log(f"saga {outcome.saga_id} ({outcome.name}): {LOST_REASON}")
             return True
+        if outcome.waiting:  # normal: a worker claims it again when its attempt is due
+            with self.lock:
+                self.stats.waiting += 1
+            self.log(self._waiting_line(outcome))
+            return True
         if outcome.handed_back:  # stopping: nothing more is claimed after it
             with self.lock:
                 self.stats.handed_back += 1
@@ -216,6 +224,29 @@ class _Loop:
             self.stats.errors += 1
         self.log(f"saga {outcome.saga_id} ({outcome.name}) not recovered: {outcome.error}")
         return False
+
+    def _waiting_line(self, outcome: RecoveryOutcome) -> str:
+        """What a saga handed back to wait for its compensation's next attempt is told as:
+        waiting, with when (read from its history), never as a failure."""
+        try:
+            found = waiting(self.coord, outcome.saga_id)
+        except Exception:  # noqa: BLE001 - the saga is fine; only the detail is missing
+            found = None
+        said = found.text if found is not None else f"saga {outcome.saga_id} is compensating"
+        return f"{said} ({outcome.name}: {outcome.why})" if found is None else said
+
+
+def _outage_wait(interval: float) -> tenacity.wait.wait_base:
+    """From ``interval`` doubling to at least a minute, jittered. tenacity 9.2 renamed
+    ``initial`` to ``multiplier`` (the old name warns, an error under ``-W error``);
+    releases before it know only ``initial``."""
+    ceiling = max(60.0, interval)
+    if _JITTER_MULTIPLIER:
+        return tenacity.wait_exponential_jitter(multiplier=interval, max=ceiling)
+    return tenacity.wait_exponential_jitter(initial=interval, max=ceiling)
+
+
+_JITTER_MULTIPLIER = "multiplier" in inspect.signature(tenacity.wait_exponential_jitter).parameters
 
 
 def serve_worker_metrics(

@@ -32,7 +32,7 @@ from saga.cli.session import (
     session_of,
 )
 from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError, SchemaVersionError
+from saga.errors import ConfigurationError, SagaHandedBack, SchemaVersionError
 from saga.lease import check_lease_ttl
 from saga.views import SagaView
 
@@ -99,13 +99,29 @@ def _progress(session: Session) -> Iterator[admin.Progress | None]:
 
 
 def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], SagaView]) -> None:
-    """Run one operator action and say where the saga now stands."""
+    """Run one operator action and say where the saga now stands.
+
+    A compensation that failed again and waits for its next attempt is no error: the
+    saga is ``compensating`` and a worker retries it when due, so the command says so
+    and exits 0 (its JSON adds ``waiting``)."""
     session = session_of(ctx)
     with reporting(session, json_output):
         coord = session.coordinator()
-        view = action(coord)
+        waiting: admin.Waiting | None = None
+        try:
+            view = action(coord)
+        except SagaHandedBack as handed:
+            if not handed.waiting:
+                raise
+            waiting = admin.waiting_after(coord, handed)
+            view = admin.get_saga(coord, handed.saga_id)
         if session.wants_json(json_output):
-            session.emit_json(admin.saga_summary(view, coord.store.now()))
+            summary = admin.saga_summary(view, coord.store.now())
+            if waiting is not None:
+                summary["waiting"] = waiting.as_json()
+            session.emit_json(summary)
+        elif waiting is not None:
+            session.say(waiting.text)
         else:
             render_standing(session, view)
 

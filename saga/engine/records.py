@@ -146,18 +146,22 @@ def undo_attempt_failed(
     previous_error: str | None,
     took: float | None = None,
     delay: float | None = None,
+    max_attempts: int | None = None,
 ) -> tuple[Event, ...]:
     """The event of step ``name``'s last compensation attempt having failed with
     ``previous_error`` (none without one): written with the next attempt's start (a
     step's forward attempt is recorded as it fails instead: :func:`attempt_failed`), or
     as it fails with the ``delay`` to its next attempt when the saga is handed back for
-    that wait (``next_attempt_at`` in the reads)."""
+    that wait (``next_attempt_at`` in the reads), and the attempt number its policy
+    stops after (``max_attempts``, kept so that a reader can say "attempt 4 of 20")."""
     if previous_error is None:
         return ()
     attempt = _recorded(record, name).undo_attempt
     detail = _failure(previous_error, took)
     if delay is not None:
         detail["delay"] = round(delay, 6)
+    if max_attempts is not None:
+        detail["max_attempts"] = max_attempts
     return (Event("compensation_attempt_failed", name, attempt, detail),)
 
 

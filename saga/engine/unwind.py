@@ -24,8 +24,19 @@ from saga.engine.attempts import (
     undone_outcome,
 )
 from saga.engine.decisions import Cursor, no_unwinding, stop_reason, undo_stack, unwound_status
-from saga.engine.effects import DRAINING, Action, Call, Fault, Flow, Load, Sleep, hand_back, write
-from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
+from saga.engine.effects import (
+    DRAINING,
+    Action,
+    Call,
+    Fault,
+    Flow,
+    Load,
+    Sleep,
+    StoreCall,
+    hand_back,
+    write,
+)
+from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga.failure import compensation_failed
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord
@@ -127,7 +138,7 @@ def _undo(
         return record
     if (yield DRAINING):  # stopping: the next owner goes on with this compensation
         raise (yield from hand_back(record))
-    used = 0 if fresh else step.undo_attempt
+    used = 0 if fresh else (yield from _budget_used(record, step, policy))
     if not policy.allows(used + 1):
         return (yield from _exhausted(record, step.name, "compensation attempts used up"))
     cursor = _Undoing(record)
@@ -150,11 +161,16 @@ def _undo(
             if (
                 delay > resolver.compensation_wait_in_place
             ):  # a caller's thread never waits that long
+                budget = _budget(policy, used, step)
                 failed = records.undo_attempt_failed(
-                    cursor.record, step.name, cursor.error, cursor.took, delay
+                    cursor.record, step.name, cursor.error, cursor.took, delay, budget
                 )
-                why = f"the compensation of step {step.name!r} waits {delay:.1f}s to retry"
-                raise (yield from hand_back(cursor.record, (), failed, delay, why)) from None
+                waiting = SagaHandedBack.waiting_for(
+                    record.id, step.name, attempt, budget, cursor.error, delay
+                )
+                assert waiting.why is not None
+                yield from hand_back(cursor.record, (), failed, delay, waiting.why)
+                raise waiting from None
             yield Sleep(delay, interruptible=True)
             if (yield DRAINING):  # the failed attempt is recorded with the hand-back
                 failed = records.undo_attempt_failed(
@@ -165,6 +181,31 @@ def _undo(
     record = yield from write(cursor.record, [write_], [event])
     yield Fault("after_undo_commit", step.name)
     return record
+
+
+def _budget_used(record: SagaRecord, step: StepRecord, policy: RetryPolicy) -> Flow[int]:
+    """How many attempts of ``step``'s compensation its current budget has used: all of
+    them, unless an operator's retry gave it a fresh budget and it was handed back to
+    wait since; then those made after the retry began, as the hand-back recorded where
+    that budget ends (``max_attempts`` of its failed attempt)."""
+    if step.undo_attempt == 0 or policy.max_attempts is None:
+        return step.undo_attempt
+    history = yield StoreCall(lambda store: store.events(record.id))
+    for event in reversed(history):
+        if event.step == step.name and event.kind == "compensation_attempt_failed":
+            end = (event.detail or {}).get("max_attempts")
+            if isinstance(end, int) and end > policy.max_attempts:  # a fresh budget's end
+                return max(0, step.undo_attempt - (end - policy.max_attempts))
+            break
+    return step.undo_attempt
+
+
+def _budget(policy: RetryPolicy, used: int, step: StepRecord) -> int | None:
+    """The attempt number the policy stops after, as attempts are numbered (stored):
+    an operator's fresh budget starts after the attempts already made."""
+    if policy.max_attempts is None:
+        return None
+    return policy.max_attempts + (step.undo_attempt - used)
 
 
 def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool]:

@@ -185,8 +185,8 @@ class Verbs:
             # This process stalled past its lease and another claimed the saga: the
             # history is that process's now, so not even a refusal is written here.
             return RecoveryOutcome.lost_to_another(saga_id, _name(record))
-        except SagaHandedBack as handed:  # this process is stopping: another goes on
-            return RecoveryOutcome.given_back(saga_id, _name(record), handed.status)
+        except SagaHandedBack as handed:  # stopping, or waiting: another goes on
+            return RecoveryOutcome.given_back(saga_id, _name(record), handed.status, handed.why)
         except Exception as error:  # one saga's problem never stops the others
             yield from self.refused(saga_id, record, error)
             return RecoveryOutcome(saga_id, _name(record), None, str(error))

@@ -31,7 +31,7 @@ from saga import faults
 from saga.aio import AsyncCoordinator
 from saga.coordinator import Coordinator
 from saga.definition import Saga
-from saga.errors import SagaFailed
+from saga.errors import SagaFailed, SagaHandedBack
 from saga.status import SagaStatus
 from saga.testing.targets import Target, fail_step
 
@@ -103,7 +103,7 @@ def run_target(target: Target, url: str, data: Any, key: str) -> SagaStatus | No
             if isinstance(found, Saga):
                 return coord.run(found, data=data, key=key).status
             found(coord, data, key=key)
-        except SagaFailed as failure:
+        except (SagaFailed, SagaHandedBack) as failure:  # handed back: waits for a worker
             return failure.status
         return _status(coord.list(limit=1))
 
@@ -117,7 +117,7 @@ async def _run_async(target: Target, url: str, data: Any, key: str) -> SagaStatu
             if isinstance(found, Saga):
                 return (await coord.run(found, data=data, key=key)).status
             await found(coord, data, key=key)
-        except SagaFailed as failure:
+        except (SagaFailed, SagaHandedBack) as failure:  # handed back: waits for a worker
             return failure.status
         return _status(await coord.list(limit=1))
 

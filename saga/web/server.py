@@ -22,6 +22,7 @@ from saga.coordinator import Coordinator
 from saga.errors import (
     ConfigurationError,
     SagaError,
+    SagaHandedBack,
     StorageUnavailableError,
     UnknownSagaError,
 )
@@ -117,6 +118,9 @@ class Console:
             detail, history = admin.show_with_history(self.coord, saga_id)
             events = [entry.event for entry in history.entries]
             notice = actions.done_notice(done, events, detail.now)
+            found = admin.waiting(self.coord, detail.saga.id) if notice else None
+            if notice and found is not None:  # done, and its compensation now waits: no error
+                notice = f"{notice}; {found.text}"
             verbs = [(v.name, v.label) for v in actions.VERBS.values()]
             offered = verbs if self.allow_actions else None
             shown = saga_page.Extras(offered, notice, extras.error)
@@ -147,10 +151,16 @@ class Console:
         try:
             view = await run_in_threadpool(actions.perform, self.coord, verb, saga_id, form, client)
         except SagaError as error:  # refused, or bad input: the saga page says why
-            extras = saga_page.Extras(error=self.scrubbed(explain(error)[1]))
-            status = 400 if isinstance(error, ConfigurationError) else 409
-            return await self._saga(saga_id, extras, status)
-        where = f"{ROOT.get()}/saga/{quote(view.id, safe='')}?done={verb.name}"
+            if not (isinstance(error, SagaHandedBack) and error.waiting):
+                extras = saga_page.Extras(error=self.scrubbed(explain(error)[1]))
+                status = 400 if isinstance(error, ConfigurationError) else 409
+                return await self._saga(saga_id, extras, status)
+            # Done: its compensation failed again and waits for a worker, which the saga
+            # page says as a notice, not an error.
+            shown = error.saga_id
+        else:
+            shown = view.id
+        where = f"{ROOT.get()}/saga/{quote(shown, safe='')}?done={verb.name}"
         return RedirectResponse(where, 303, headers=_HEADERS)
 
     def _verb(self, request: Request) -> actions.Verb:

@@ -6,9 +6,10 @@ in which order; the ``calls`` fixture clears it before each test.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
-from saga import current_step
+from saga import Coordinator, RetryPolicy, current_step
 
 CALLS: list[tuple[Any, ...]] = []
 FAILURES: dict[str, int] = {}
@@ -98,3 +99,24 @@ def locked(result: Any, *args: Any) -> None:
     """A compensation that always fails, whatever step it undoes."""
     CALLS.append(("locked", result, *args))
     raise RuntimeError("ledger locked")
+
+
+def quick_coordinator() -> Coordinator:
+    """``--app tests.integration.steps:quick_coordinator``: the admin command on
+    ``$REPORT_DB`` with context-manager compensations given two quick attempts, so a
+    compensation that keeps failing ends ``failed`` at once instead of being handed
+    back to wait out the default budget."""
+    return Coordinator(
+        os.environ["REPORT_DB"],
+        compensation_retry=RetryPolicy(
+            max_attempts=2, initial_delay=0.001, max_delay=0.005, retry_on=(Exception,)
+        ),
+    )
+
+
+def unflaky(result: Any, name: str, error: str = "connection") -> None:
+    """A compensation that fails with ``ConnectionError`` while ``FAILURES[name]`` > 0."""
+    CALLS.append(("unflaky", name, current_step().attempt))
+    if FAILURES.get(name, 0) > 0:
+        FAILURES[name] -= 1
+        raise ConnectionError(f"{name} unreachable")

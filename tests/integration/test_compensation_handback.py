@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from saga import RetryPolicy, Saga, SagaHandedBack, SagaStatus, StepContext, admin
-from saga.admin.recovery import HANDED_BACK_REASON, Result
+from saga.admin.recovery import Result
 from tests.cli.conftest import run_saga
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import expire_lease, kinds
@@ -124,7 +124,14 @@ def test_saga_recover_says_a_compensation_that_fails_again_waits_not_that_it_fai
     expire_lease(operator, handed.value.saga_id)
     (item,) = admin.recover(operator).items  # the bank is still down
     assert item.result is Result.SKIPPED
-    assert item.reason == HANDED_BACK_REASON
+    assert item.reason is not None
+    # Waiting, said with which attempt of how many failed and when the next is due.
+    assert item.reason.startswith(
+        f"waiting: saga {handed.value.saga_id} is compensating: attempt 2 of 5 of the "
+        "compensation of step 'charge' failed (ConnectionError: bank unreachable); "
+        "next attempt at "
+    )
+    assert item.reason.endswith(" UTC, a worker retries it")
     view = operator.get(handed.value.saga_id)
     assert (view.status, view.owner) == (SagaStatus.COMPENSATING, None)
     assert tries == [1, 2]

@@ -249,12 +249,15 @@ def test_re_entering_a_context_manager_saga_whose_block_failed_rebuilds_its_erro
 
 
 def test_the_admin_command_says_the_failed_compensation_once(
-    coord: Coordinator, db_url: str
+    coord: Coordinator, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with pytest.raises(SagaFailed) as raised, coord.saga("report-cli") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 10, compensate=steps.locked)
         raise KeyError("the block failed")
-    app_args = ["--db", db_url, "--app", "tests.integration.steps"]
+    # The command's compensation gets two quick attempts, as the application's had:
+    # under the default budget it would wait for a worker instead of failing.
+    monkeypatch.setenv("REPORT_DB", db_url)
+    app_args = ["--app", "tests.integration.steps:quick_coordinator"]
     result = CliRunner().invoke(app, [*app_args, "compensate", raised.value.saga_id])
     assert result.exit_code == 1
     line = result.stderr.strip()

@@ -11,6 +11,7 @@ from saga import ConfigurationError, LeaseLostError, PayloadError, RetryPolicy, 
 from saga.policy import (
     DEFAULT_COMPENSATION_RETRY,
     DEFAULT_STEP_RETRY,
+    INLINE_COMPENSATION_WAIT,
     STORE_RETRY,
     RetryOn,
     describe_retry_on,
@@ -84,7 +85,7 @@ def test_defaults() -> None:
     assert DEFAULT_STEP_RETRY.max_attempts == 3
     assert DEFAULT_STEP_RETRY.retries(TimeoutError())
     assert not DEFAULT_STEP_RETRY.retries(ValueError())
-    assert DEFAULT_COMPENSATION_RETRY.max_attempts == 5
+    assert DEFAULT_COMPENSATION_RETRY.max_attempts == 20
     assert DEFAULT_COMPENSATION_RETRY.retries(ValueError())
     assert STORE_RETRY.max_attempts is None
     assert STORE_RETRY.max_elapsed == 30.0
@@ -205,3 +206,25 @@ def test_a_long_description_is_cut_and_says_so() -> None:
     described = describe_retry_on((ConnectionError,) * 20)
     assert len(described) == 80
     assert described.endswith("...")
+
+
+def test_the_default_compensation_budget_outlasts_an_outage_of_minutes() -> None:
+    """Issue 29: 20 attempts, 0.5 s doubling to a 60 s cap, about 13 minutes in all, so
+    a participant's deploy or failover does not turn an unwinding saga ``failed``."""
+    policy = DEFAULT_COMPENSATION_RETRY
+    assert policy.max_attempts == 20
+    assert policy.retries(ConnectionError())
+    assert policy.retries(ValueError())
+    assert policy.schedule() == (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0) + (60.0,) * 12
+    assert sum(policy.schedule()) == 783.5  # 13 min 03.5 s before jitter
+    assert policy.jitter == 0.1
+    # The waits a caller's thread spends in place are the first three; the fourth
+    # failure hands the saga back to a worker, whatever the jitter draws.
+    in_place = [w for w in policy.schedule() if w * (1 + policy.jitter) <= INLINE_COMPENSATION_WAIT]
+    assert in_place == [0.5, 1.0, 2.0]
+    assert policy.schedule()[3] * (1 - policy.jitter) > INLINE_COMPENSATION_WAIT
+
+
+def test_a_schedule_needs_an_end() -> None:
+    with pytest.raises(ConfigurationError, match="max_attempts=None never ends"):
+        RetryPolicy(max_attempts=None).schedule()

@@ -81,3 +81,16 @@ def pay(ctx: StepContext) -> None:
 def refund(ctx: StepContext) -> None:
     if ctx.attempt == 1:
         raise ConnectionError("refund timed out; retrying")
+
+
+# -- a context-manager saga whose participant is down while a file exists -------------------
+
+
+def transfer(account: str, amount: int, down: str) -> dict[str, Any]:
+    return {"account": account, "paid": amount}
+
+
+def reverse(result: dict[str, Any] | None, account: str, amount: int, down: str) -> None:
+    """Idempotent: reversing what was never transferred is a no-op. Fails while ``down`` exists."""
+    if pathlib.Path(down).exists():
+        raise ConnectionError("bank unreachable")

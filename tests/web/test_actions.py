@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,8 +15,9 @@ import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from saga import Coordinator, SagaStatus
+from saga import Coordinator, RetryPolicy, SagaFailed, SagaScope, SagaStatus
 from tests.cli.conftest import REPO, crashed, run_saga
+from tests.web import steps as web_steps
 from tests.web.conftest import APPS, Server, World, in_doubt_saga, navigate, serving
 
 
@@ -128,3 +130,34 @@ def test_read_only_offers_no_action_and_refuses_every_one(
         post = client.post(f"/saga/{saga_id}/action/cancel", data={"reason": "x"})
         assert post.status_code == 403
     assert coord.history(saga_id) == before
+
+
+def _pay_then_cancel(scope: SagaScope, down: Path) -> None:
+    with scope:
+        scope.step(web_steps.transfer, "alice", 10, str(down), compensate=web_steps.reverse)
+        raise KeyError("the order was cancelled")
+
+
+def test_an_action_whose_compensation_waits_for_a_worker_is_a_notice_not_an_error(
+    world: World, acting: Server, browser: WebDriver, tmp_path: Path
+) -> None:
+    """Issue 29: the bank is down; retry-compensation (under the default budget) makes its
+    first attempts, then the saga waits for a worker: the page says so as a notice."""
+    down = tmp_path / "bank-down"
+    down.touch()
+    once = RetryPolicy(max_attempts=1, retry_on=(Exception,))
+    app = Coordinator(world.url, compensation_retry=once)
+    with contextlib.closing(app), pytest.raises(SagaFailed) as failure:
+        _pay_then_cancel(app.saga("web-outage"), down)
+    saga_id = failure.value.saga_id
+    confirm(browser, acting, saga_id, "retry-compensation", "the bank says it is back")
+    assert browser.find_elements(By.ID, "error") == []
+    notice = browser.find_element(By.ID, "notice").text
+    assert notice.startswith("retry-compensation: done, recorded as an operator action; ")
+    assert re.search(
+        rf"saga {saga_id} is compensating: attempt 5 of 21 of the compensation of step "
+        r"'transfer' failed \(ConnectionError: bank unreachable\); next attempt at "
+        r"\d\d:\d\d:\d\d UTC, a worker retries it$",
+        notice,
+    ), notice
+    assert browser.find_element(By.ID, "status").text == "compensating"
