@@ -78,6 +78,10 @@ class SagaFailed(SagaError):  # noqa: N818 - the name is part of the public cont
         self.compensation_error = compensation_error
         self._message = message
         super().__init__(str(self))
+        if compensation_error is not None:
+            # In the chain, beside the __cause__ (the error that made it unwind): the
+            # compensation's error is what was being dealt with when the saga gave up.
+            self.__context__ = compensation_error
 
     def __str__(self) -> str:
         # Built when asked: the unwinding learns failed_step after the compensation failed.
