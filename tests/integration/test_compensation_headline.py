@@ -163,3 +163,22 @@ def test_a_compensation_result_its_type_cannot_read_is_shown_as_stored(
     assert "result of the compensation of step 'hold' does not match its type Refund" in (
         step.compensation_result_error or ""
     )
+
+
+def debit(account: str, amount: int) -> dict[str, object]:
+    return {"account": account, "debited": amount}
+
+
+def refund_debit(result: dict[str, object] | None, account: str, amount: int) -> trip.Refund:
+    return trip.Refund(f"re_{account}", amount)
+
+
+def test_a_context_manager_compensations_result_is_typed_by_its_annotation(
+    any_coord: Coordinator,
+) -> None:
+    with pytest.raises(SagaFailed) as raised, any_coord.saga("headline-cm", key="cm") as s:  # noqa: PT012 - the block is the saga
+        s.step(debit, "alice", 10, compensate=refund_debit)
+        raise KeyError("the caller changed its mind")
+    step = any_coord.get(raised.value.saga_id).step("debit")
+    assert step.compensation_result == trip.Refund("re_alice", 10)
+    assert isinstance(step.compensation_result, trip.Refund)
