@@ -25,7 +25,7 @@ from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, SagaRecord, SagaStore
 from saga.recovery import RecoveryOutcome, RecoveryReport
 from saga.status import SagaStatus
 from saga.store import async_store
-from saga.views import SagaView, view_of
+from saga.views import SagaView, needs_events, view_of
 
 
 class AsyncCoordinator:
@@ -190,6 +190,12 @@ class AsyncCoordinator:
             )
         )
 
+    async def _view(self, record: SagaRecord) -> SagaView:
+        """See ``Coordinator._view``."""
+        if not needs_events(record):
+            return view_of(record)
+        return await asyncio.to_thread(self.sync._view, record)
+
     async def history(self, saga_id: str) -> builtins.list[EventRecord]:
         return await asyncio.to_thread(self.sync.history, saga_id)
 
@@ -206,17 +212,17 @@ class AsyncCoordinator:
         return await self.driver.run(self.verbs.recover_saga(saga_id, compensate))
 
     async def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
-        return view_of(await self.driver.run(self.verbs.unwind(record, saga, fresh)))
+        return await self._view(await self.driver.run(self.verbs.unwind(record, saga, fresh)))
 
     async def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now; see ``Coordinator.compensate``."""
-        return view_of(await self.driver.run(self.verbs.compensate(saga_id, action)))
+        return await self._view(await self.driver.run(self.verbs.compensate(saga_id, action)))
 
     async def resume(self, saga_id: str) -> SagaView:
         """Carry a stuck declarative saga forward now."""
-        return view_of(await self.driver.run(self.verbs.resume(saga_id)))
+        return await self._view(await self.driver.run(self.verbs.resume(saga_id)))
 
     async def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind; see
         ``Coordinator.cancel``."""
-        return view_of(await self.driver.run(self.verbs.cancel(saga_id)))
+        return await self._view(await self.driver.run(self.verbs.cancel(saga_id)))

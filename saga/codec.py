@@ -105,6 +105,23 @@ def encode_result(value: object, path: str, limit: int = DEFAULT_PAYLOAD_LIMIT) 
     return encode(value, path, limit, _RESULT_ENCODER)
 
 
+def as_json_value(value: object) -> Any:
+    """``value`` as plain JSON values, a typed result (dataclass, model) as the fields it
+    is stored as: what a reader that prints JSON (``--json``, the console) shows. What
+    is no JSON at all is shown as its ``str``: a read must not fail on how it prints."""
+    return json.loads(_SHOWN_ENCODER.encode(value))
+
+
+def _shown(value: object) -> Any:
+    try:
+        return _to_stored_result(value)
+    except TypeError:
+        return str(value)
+
+
+_SHOWN_ENCODER = _encoder(_shown)
+
+
 MAX_NAME_BYTES = 500
 MAX_KEY_BYTES = 2000
 """Longest saga or step name, and longest idempotency key, in UTF-8 bytes. A saga's

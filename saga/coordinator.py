@@ -47,7 +47,7 @@ from saga.scope import SagaScope
 from saga.settings import lease_ttl_setting
 from saga.status import SagaStatus, statuses_of
 from saga.store import open_store, use_session_factory
-from saga.views import SagaView, view_of
+from saga.views import SagaView, needs_events, view_of
 
 T = TypeVar("T")
 
@@ -262,10 +262,10 @@ class Coordinator:
         if saga_id is not None:
             if key is not None or name is not None:
                 raise ConfigurationError("pass a saga id, or a key (and a name), not both")
-            return view_of(self._load(saga_id))
+            return self._view(self._load(saga_id))
         if key is None:
             raise ConfigurationError("pass a saga id or a key")
-        return view_of(self._by_key(key, name))
+        return self._view(self._by_key(key, name))
 
     def _by_key(self, key: str, name: str | None) -> SagaRecord:
         if name is not None:
@@ -305,7 +305,12 @@ class Coordinator:
             older_than=older_than,
             limit=limit,
         )
-        return [view_of(record) for record in self.store.list(query)]
+        return [self._view(record) for record in self.store.list(query)]
+
+    def _view(self, record: SagaRecord) -> SagaView:
+        """``record`` as a view, with what its compensations returned (kept in their
+        events, read only for a saga with a compensated step)."""
+        return view_of(record, self.store.events(record.id) if needs_events(record) else ())
 
     def history(self, saga_id: str) -> builtins.list[EventRecord]:  # list: the method above
         """The saga's events, oldest first."""
@@ -348,7 +353,7 @@ class Coordinator:
 
     def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
         """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
-        return view_of(self.driver.run(self.verbs.unwind(record, saga, fresh)))
+        return self._view(self.driver.run(self.verbs.unwind(record, saga, fresh)))
 
     def _release(self, saga_id: str) -> None:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
@@ -363,11 +368,11 @@ class Coordinator:
 
         ``action`` names the operator action in the saga's history.
         """
-        return view_of(self.driver.run(self.verbs.compensate(saga_id, action)))
+        return self._view(self.driver.run(self.verbs.compensate(saga_id, action)))
 
     def resume(self, saga_id: str) -> SagaView:
         """Carry a stuck declarative saga forward now."""
-        return view_of(self.driver.run(self.verbs.resume(saga_id)))
+        return self._view(self.driver.run(self.verbs.resume(saga_id)))
 
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind.
@@ -376,7 +381,7 @@ class Coordinator:
         its next step boundary; a stuck saga is unwound here if this process knows its
         definition, else by the recovery of a process that does.
         """
-        return view_of(self.driver.run(self.verbs.cancel(saga_id)))
+        return self._view(self.driver.run(self.verbs.cancel(saga_id)))
 
     def claim_guarded(
         self,

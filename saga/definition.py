@@ -71,12 +71,19 @@ class Step:
     undo: StepFn | None = None
     undo_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
     declared_result_type: Any = None
+    declared_compensation_result_type: Any = None
 
     @property
     def result_type(self) -> Any:
         """What the step's result is read back as (``result_type=``, else the return
         annotation of ``fn`` when it names a dataclass or a model; else plain JSON)."""
         return result_type_of(self.fn, self.declared_result_type)
+
+    @property
+    def compensation_result_type(self) -> Any:
+        """What the compensation's return value is read back as, alike: its
+        ``result_type=``, else the return annotation of the compensation."""
+        return result_type_of(self.undo, self.declared_compensation_result_type)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -85,12 +92,18 @@ class Step:
     def compensation(self, fn: StepFn, /) -> StepFn: ...
     @overload
     def compensation(
-        self, fn: None = None, /, *, retry: RetryPolicy | None = None
+        self, fn: None = None, /, *, retry: RetryPolicy | None = None, result_type: Any = None
     ) -> Callable[[StepFn], StepFn]: ...
     def compensation(
-        self, fn: StepFn | None = None, /, *, retry: RetryPolicy | None = None
+        self,
+        fn: StepFn | None = None,
+        /,
+        *,
+        retry: RetryPolicy | None = None,
+        result_type: Any = None,
     ) -> StepFn | Callable[[StepFn], StepFn]:
-        """Declare the function that undoes this step (``@step.compensation``)."""
+        """Declare the function that undoes this step (``@step.compensation``);
+        ``result_type`` types what it returns when read back (else its annotation)."""
 
         def attach(undo: StepFn) -> StepFn:
             if self.undo is not None:
@@ -98,6 +111,7 @@ class Step:
             self.undo = undo
             if retry is not None:
                 self.undo_retry = retry
+            self.declared_compensation_result_type = result_type
             return undo
 
         return attach(fn) if fn is not None else attach

@@ -49,7 +49,9 @@ class SagaFailed(SagaError):  # noqa: N818 - the name is part of the public cont
     When a compensation failed for good, ``failed_compensation`` names its
     step and ``compensation_error`` is its exception (a
     :class:`RecordedError` with no type name when nothing was raised: its
-    attempts were used up across crashes); ``compensation_error_type`` and
+    attempts were used up across crashes), chained as the ``__context__``
+    too (``run()``'s and a replay's; leaving a ``with coord.saga(...)`` block,
+    Python makes the block's error the context); ``compensation_error_type`` and
     ``compensation_error_message`` give its type name and message. The
     message says all of it, for example ``saga ... ended failed at step
     'confirm'; the compensation of step 'transfer' failed: RuntimeError:
@@ -78,6 +80,10 @@ class SagaFailed(SagaError):  # noqa: N818 - the name is part of the public cont
         self.compensation_error = compensation_error
         self._message = message
         super().__init__(str(self))
+        if compensation_error is not None:
+            # In the chain, beside the __cause__ (the error that made it unwind): the
+            # compensation's error is what was being dealt with when the saga gave up.
+            self.__context__ = compensation_error
 
     def __str__(self) -> str:
         # Built when asked: the unwinding learns failed_step after the compensation failed.

@@ -57,6 +57,28 @@ def lenient_result(record: SagaRecord, step: StepRecord, value: Any) -> Read:
         return Read(value, error)
 
 
+def compensation_result_type(record: SagaRecord, step: StepRecord) -> Any:
+    """The type what ``step``'s compensation returned is read back as (``NOT_TYPED``:
+    plain JSON): its ``result_type=`` or return annotation, as for a step's result."""
+    if record.kind == "declarative":
+        saga = defined_saga(record.name, _version(record))
+        declared = saga.by_name(step.name) if saga is not None else None
+        return declared.compensation_result_type if declared is not None else NOT_TYPED
+    return result_type_of(known_function(step.compensation_ref))
+
+
+def lenient_compensation_result(record: SagaRecord, step: StepRecord, value: Any) -> Read:
+    """``value`` (what ``step``'s compensation returned, decoded) typed, else as stored
+    with the reason: reading it back never fails a view, as with a step's result."""
+    if value is None:
+        return Read(None)
+    what = f"result of the compensation of step {step.name!r}"
+    try:
+        return Read(revive(value, compensation_result_type(record, step), what))
+    except ResultTypeError as error:
+        return Read(value, error)
+
+
 def _what(step: StepRecord) -> str:
     return f"result of step {step.name!r}"
 

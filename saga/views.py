@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from saga.codec import decode
 from saga.errors import CorruptRecordError
-from saga.ports import SagaRecord, StepRecord
-from saga.result_types import lenient_result
+from saga.failure import compensation_step
+from saga.ports import EventRecord, SagaRecord, StepRecord
+from saga.result_types import lenient_compensation_result, lenient_result
 from saga.status import SagaStatus, StepKind, StepStatus
 
 
@@ -37,6 +39,13 @@ class StepView:
     result_error: str | None = None
     """Why ``result`` is the JSON as stored rather than its step's type (the type changed
     since it was recorded, or its validator raised); None when it reads as its type."""
+    compensation_result: Any = None
+    """What the step's compensation returned (a refund id, the amount given back), typed
+    as its compensation declares (``result_type=`` or the return annotation), as its
+    ``compensation_done`` event keeps it; None if it returned nothing or was not run."""
+    compensation_result_error: str | None = None
+    """Why ``compensation_result`` is the JSON as stored rather than its type, or why it
+    was not kept (not JSON, over the size limit); None when there is nothing to say."""
 
     @property
     def duration(self) -> float | None:
@@ -57,6 +66,9 @@ class SagaView:
     status: SagaStatus
     input: Any
     error: str | None
+    """The error a person must act on: for a saga ``failed`` because a compensation
+    failed for good, that compensation's error; else the error that made it unwind
+    or fail (``forward_error``), if any."""
     owner: str | None
     epoch: int
     lease_expires_at: float | None
@@ -70,6 +82,9 @@ class SagaView:
     """That definition's fingerprint (step names, order, dependencies, kinds)."""
     deadline: float | None = None
     """When the saga must stop by (database clock, epoch seconds), if it has a deadline."""
+    forward_error: str | None = None
+    """The error that made the saga unwind (or fail past its pivot), kept beside
+    ``error`` when a compensation's error took its place; equal to ``error`` otherwise."""
 
     @property
     def results(self) -> dict[str, Any]:
@@ -83,8 +98,10 @@ class SagaView:
         raise KeyError(f"saga {self.id} has no step {name!r}")
 
 
-def view_of(record: SagaRecord) -> SagaView:
-    """Decode a stored record into a view (``CorruptRecordError`` on bad JSON)."""
+def view_of(record: SagaRecord, events: Sequence[EventRecord] = ()) -> SagaView:
+    """Decode a stored record into a view (``CorruptRecordError`` on bad JSON); what
+    compensations returned is read from its ``events`` (none given: not shown)."""
+    undone = compensation_results(events)
     return SagaView(
         id=record.id,
         name=record.name,
@@ -92,18 +109,27 @@ def view_of(record: SagaRecord) -> SagaView:
         kind=record.kind,
         status=record.status,
         input=_decoded(record.id, "input", record.input),
-        error=record.error,
+        error=headline_error(record),
         owner=record.owner,
         epoch=record.epoch,
         lease_expires_at=record.lease_expires_at,
         created_at=record.created_at,
         updated_at=record.updated_at,
         cancel_requested=record.cancel_requested,
-        steps=tuple(_step_view(record, s) for s in record.steps),
+        steps=tuple(_step_view(record, s, undone.get(s.name)) for s in record.steps),
         version=_version(record),
         fingerprint=record.fingerprint,
         deadline=record.deadline,
+        forward_error=record.error,
     )
+
+
+def headline_error(record: SagaRecord) -> str | None:
+    """The saga's error as an operator reads it first: the compensation that failed for
+    good is what must be acted on, so its error (on its step's row) comes before the
+    forward error that started the unwinding (the saga row's, which stays as written)."""
+    undo = compensation_step(record)
+    return record.error if undo is None else undo.error
 
 
 def _version(record: SagaRecord) -> int | None:
@@ -115,11 +141,33 @@ def _version(record: SagaRecord) -> int | None:
         raise CorruptRecordError(record.id, f"unreadable version {record.version!r}") from None
 
 
-def _step_view(record: SagaRecord, step: StepRecord) -> StepView:
+def compensation_results(events: Sequence[EventRecord]) -> dict[str, Mapping[str, Any]]:
+    """By step name, the detail of its ``compensation_done`` event, when it says what the
+    compensation returned (``result``) or why that was not kept (``result_not_kept``)."""
+    found: dict[str, Mapping[str, Any]] = {}
+    for event in events:
+        detail = event.detail
+        if event.kind != "compensation_done" or event.step is None or not detail:
+            continue
+        if "result" in detail or "result_not_kept" in detail:
+            found[event.step] = detail
+    return found
+
+
+def needs_events(record: SagaRecord) -> bool:
+    """Whether the view of ``record`` reads its events: only a compensated step's
+    compensation can have returned something (its event keeps it)."""
+    return any(step.status is StepStatus.COMPENSATED for step in record.steps)
+
+
+def _step_view(
+    record: SagaRecord, step: StepRecord, undone: Mapping[str, Any] | None = None
+) -> StepView:
     saga_id = record.id
     result = lenient_result(
         record, step, _decoded(saga_id, f"result of step {step.name!r}", step.result)
     )
+    returned = _compensation_returned(record, step, undone)
     return StepView(
         name=step.name,
         seq=step.seq,
@@ -138,7 +186,27 @@ def _step_view(record: SagaRecord, step: StepRecord) -> StepView:
         compensation=step.compensation_ref,
         args=_decoded(saga_id, f"arguments of step {step.name!r}", step.args),
         result_error=None if result.error is None else str(result.error),
+        compensation_result=returned.value,
+        compensation_result_error=returned.why,
     )
+
+
+class _Returned(NamedTuple):
+    value: Any = None
+    why: str | None = None
+
+
+def _compensation_returned(
+    record: SagaRecord, step: StepRecord, undone: Mapping[str, Any] | None
+) -> _Returned:
+    """What ``step``'s compensation returned, typed; a type that no longer reads it gives
+    the JSON as stored with the reason (a view never fails on it, as with results)."""
+    if undone is None:
+        return _Returned()
+    if "result" not in undone:
+        return _Returned(None, str(undone.get("result_not_kept")))
+    read = lenient_compensation_result(record, step, undone["result"])
+    return _Returned(read.value, None if read.error is None else str(read.error))
 
 
 def _decoded(saga_id: str, what: str, text: str | None) -> Any:

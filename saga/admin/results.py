@@ -20,7 +20,7 @@ from saga.admin.facts import (
     past_pivot,
     rounded,
 )
-from saga.codec import encode
+from saga.codec import as_json_value, encode
 from saga.ports import EventRecord
 from saga.status import StepKind
 from saga.views import SagaView, StepView
@@ -92,8 +92,10 @@ def _step_json(step: StepView) -> dict[str, Any]:
         "started_at": iso_time(step.started_at),
         "finished_at": iso_time(step.finished_at),
         "duration_seconds": rounded(step.duration),
-        "result": step.result,
+        "result": as_json_value(step.result),
         "result_error": step.result_error,
+        "compensation_result": as_json_value(step.compensation_result),
+        "compensation_result_error": step.compensation_result_error,
         "error": step.error,
         "input_digest": step.input_digest,
         "output_digest": step.output_digest,
@@ -166,6 +168,7 @@ class SagaDetail:
             **saga_summary(view, self.now),
             "input": view.input,
             "error": view.error,
+            "forward_error": view.forward_error,
             "pivot_step": self.pivot,
             "past_pivot": past_pivot(view),
             "in_doubt_steps": [s.name for s in self.in_doubt],

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from saga import admin
 from saga.cli.session import Session, printable, shown_url
+from saga.codec import as_json_value
 from saga.ports import DEFAULT_LIST_LIMIT
 from saga.status import SagaStatus, StepStatus
 from saga.views import SagaView, StepView
@@ -211,6 +212,8 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
     ]
     if view.error:
         facts.append(("error", view.error))
+    if view.forward_error and view.forward_error != view.error:
+        facts.append(("unwinding began because", view.forward_error))
     if view.cancel_requested:
         facts.append(("cancel", "requested"))
     if detail.pivot:
@@ -238,6 +241,18 @@ def _render_steps(session: Session, detail: admin.SagaDetail) -> None:
     for step in detail.saga.steps:  # a result shown as stored: say why, in full
         if step.result_error is not None:
             session.say(f"step {step.name}: result shown as stored JSON: {step.result_error}")
+    for step in detail.saga.steps:
+        _say_compensation_result(session, step)
+
+
+def _say_compensation_result(session: Session, step: StepView) -> None:
+    """What the step's compensation returned (a refund id): what an operator reconciles
+    against, so it is said in full, with why it reads as stored JSON if it does."""
+    if step.compensation_result is not None:
+        returned = json.dumps(as_json_value(step.compensation_result), ensure_ascii=False)
+        session.say(f"step {step.name}: compensation returned {returned}")
+    if step.compensation_result_error is not None:
+        session.say(f"step {step.name}: compensation result: {step.compensation_result_error}")
 
 
 def _note_of(detail: admin.SagaDetail, name: str) -> Text | None:
@@ -279,7 +294,7 @@ def _note(step: StepView) -> Text:
 
 
 def _compact(value: Any, width: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(as_json_value(value), ensure_ascii=False, separators=(",", ":"))
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from saga.codec import Encoded, decode, encode
+from saga.codec import Encoded, decode, encode_result
 from saga.definition import Saga
 from saga.engine.decisions import RunStep
 from saga.errors import MAX_ERROR_LENGTH as MAX_ERROR_LENGTH  # re-exported: the stored bound
@@ -188,7 +188,8 @@ def undo_detail(name: str, returned: Any) -> dict[str, Any] | None:
     if returned is None:
         return None
     try:
-        encoded = encode(
+        # Stored as a step's result is, so that its type reads it back exactly.
+        encoded = encode_result(
             returned, f"result of the compensation of step {name!r}", UNDO_RESULT_LIMIT
         )
     except PayloadError as error:

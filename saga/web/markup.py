@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from saga.cli.session import printable
+from saga.codec import as_json_value
 
 ROOT: contextvars.ContextVar[str] = contextvars.ContextVar("saga_web_root", default="")
 """Where the console is mounted (the ASGI ``root_path``), set per request.
@@ -76,7 +77,7 @@ def json_block(value: Any, *, fold_at: int = FOLD_AT) -> str:
     """``value`` pretty-printed; a long one shows its start and folds the rest."""
     if value is None:
         return '<span class="none">-</span>'
-    shown = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    shown = json.dumps(as_json_value(value), indent=2, ensure_ascii=False, sort_keys=True)
     if len(shown) <= fold_at:
         return f'<pre class="json">{lines(shown)}</pre>'
     return (

@@ -90,22 +90,34 @@ def _header(view: SagaView, detail: SagaDetail) -> str:
         ("deadline", text(iso_time(view.deadline))),
         ("cancel requested", "yes" if view.cancel_requested else "no"),
         ("pivot", text(detail.pivot)),
-        ("lease expires", text(iso_time(view.lease_expires_at))),
     ]
+    if not view.status.is_terminal:  # a finished saga holds no lease: its expiry means nothing
+        fields.append(("lease expires", text(iso_time(view.lease_expires_at))))
     cells = "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in fields)
-    error = f'<p class="error">saga error: {text(view.error)}</p>' if view.error else ""
     return (
         f"<h1>{text(view.name)} <small>{short(view.id)}</small></h1>"
-        f'<dl class="header" id="header">{cells}</dl>{error}'
+        f'<dl class="header" id="header">{cells}</dl>{_errors(view)}'
         f"<h2>Input</h2>{json_block(view.input)}"
     )
+
+
+def _errors(view: SagaView) -> str:
+    """The saga's error banner: the error to act on (a failed compensation's, when one
+    failed for good), and the forward error that started the unwinding beside it."""
+    if not view.error:
+        return ""
+    out = f'<p class="error" id="saga-error">saga error: {text(view.error)}</p>'
+    if view.forward_error and view.forward_error != view.error:
+        out += (
+            '<p class="forward-error" id="forward-error">unwinding began because: '
+            f"{text(view.forward_error)}</p>"
+        )
+    return out
 
 
 def _summary(detail: SagaDetail) -> str:
     view = detail.saga
     steps = view.steps
-    declared = len(steps) + len(detail.pending)
-    done = sum(s.status is StepStatus.SUCCEEDED for s in steps)
     compensated = sum(s.status is StepStatus.COMPENSATED for s in steps)
     undoing = [s for s in steps if s.status is StepStatus.COMPENSATING]
     failed = len(undoing) if view.status is SagaStatus.FAILED else 0
@@ -113,10 +125,26 @@ def _summary(detail: SagaDetail) -> str:
     unwinding = view.status in (SagaStatus.COMPENSATING, SagaStatus.FAILED)
     pending = sum(s.status in _UNDONE for s in steps) if unwinding else 0
     return (
-        '<p class="summary" id="summary">'
-        f'forward steps done: <b id="forward-done">{done}</b> of {declared} · compensations '
+        f'<p class="summary" id="summary">{_forward_summary(detail)} · compensations '
         f'done <b id="comp-done">{compensated}</b>, running <b id="comp-running">{running}</b>, '
         f'pending <b id="comp-pending">{pending}</b>, failed <b id="comp-failed">{failed}</b></p>'
+    )
+
+
+def _forward_summary(detail: SagaDetail) -> str:
+    """What went forward: how many steps ran, and of those how many stand done, failed,
+    or were undone; "0 done" alone would read as "nothing happened" for a saga whose
+    steps all ran and were then compensated."""
+    steps = detail.saga.steps
+    declared = len(steps) + len(detail.pending)
+    ran = sum(s.attempt > 0 and s.status is not StepStatus.SKIPPED for s in steps)
+    done = sum(s.status is StepStatus.SUCCEEDED for s in steps)
+    failed = sum(s.status in (StepStatus.FAILED, StepStatus.IN_DOUBT) for s in steps)
+    undone = sum(s.status is StepStatus.COMPENSATED for s in steps)
+    return (
+        f'forward steps: <b id="forward-ran">{ran}</b> of {declared} ran: '
+        f'<b id="forward-done">{done}</b> done, <b id="forward-failed">{failed}</b> failed, '
+        f'<b id="forward-undone">{undone}</b> undone'
     )
 
 
@@ -156,6 +184,7 @@ def _panel(view: SagaView, step: StepView, detail: SagaDetail, unknown: Sequence
         ("output", json_block(step.result)),
         ("output digest", f"<code>{text(step.output_digest)}</code>"),
         ("error", json_block(step.error) if step.error else "-"),
+        *_compensation_rows(step),
     ]
     if wait is not None:
         rows.append(("retry", f'<span class="retry-wait">{text(wait.text)}</span>'))
@@ -168,6 +197,17 @@ def _panel(view: SagaView, step: StepView, detail: SagaDetail, unknown: Sequence
         f"<b>{text(step.name)}</b> {step.status.value} (attempt {step.attempt}){doubt}</summary>"
         f'<table class="step-detail">{body}</table></details>'
     )
+
+
+def _compensation_rows(step: StepView) -> list[tuple[str, str]]:
+    """What the compensation returned (and why it reads as stored JSON), when it did."""
+    rows = []
+    if step.compensation_result is not None:
+        block = json_block(step.compensation_result)
+        rows.append(("compensation result", f'<div class="compensation-result">{block}</div>'))
+    if step.compensation_result_error is not None:
+        rows.append(("compensation result note", text(step.compensation_result_error)))
+    return rows
 
 
 def _pending(name: str) -> str:
@@ -201,16 +241,21 @@ def _diff_form(view: SagaView) -> str:
 
 def _history(history: Timeline) -> str:
     headers = ("#", "offset", "took", "event", "step", "attempt", "epoch", "what happened")
-    return table(headers, [_event_row(entry) for entry in history.entries], "history")
+    rows = [_event_row(n, entry) for n, entry in enumerate(history.entries, start=1)]
+    return table(headers, rows, "history")
 
 
-def _event_row(entry: TimelineEntry) -> str:
+def _event_row(number: int, entry: TimelineEntry) -> str:
+    """Event ``number`` of this saga (its id in the database, shared by every saga's
+    events, is a data attribute: the column counts this saga's own events from 1)."""
     event = entry.event
     took = "" if entry.duration is None else text(human_duration(entry.duration))
     cells = (
-        str(event.id), f"+{entry.offset:.3f}s", took, text(event.kind), text(event.step),
+        str(number), f"+{entry.offset:.3f}s", took, text(event.kind), text(event.step),
         text(event.attempt), text(event.epoch), text(entry.text),
     )  # fmt: skip
     tds = "".join(f"<td>{cell}</td>" for cell in cells)
-    data = f'data-kind="{attr(event.kind)}" data-step="{attr(event.step)}"'
+    data = (
+        f'data-kind="{attr(event.kind)}" data-step="{attr(event.step)}" data-event-id="{event.id}"'
+    )
     return f'<tr class="event" {data}>{tds}</tr>'

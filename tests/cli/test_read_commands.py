@@ -18,6 +18,7 @@ STEP_KEYS = {
     "seq", "name", "kind", "status", "attempt", "compensation_attempt", "transactional",
     "started_at", "finished_at", "duration_seconds", "result", "result_error", "error",
     "input_digest", "output_digest", "in_doubt", "pivot", "retry_on", "retry_wait",
+    "compensation_result", "compensation_result_error",
 }  # fmt: skip
 EVENT_KEYS = {
     "id", "at", "offset_seconds", "duration_seconds", "kind", "step", "attempt", "epoch",
@@ -95,6 +96,7 @@ def test_show_json_has_the_documented_shape(world: World) -> None:
     extra = {
         "input",
         "error",
+        "forward_error",
         "pivot_step",
         "past_pivot",
         "in_doubt_steps",

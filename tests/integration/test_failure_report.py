@@ -209,7 +209,9 @@ def test_a_rerun_tells_apart_a_step_and_its_own_failed_compensation(
     _assert_same(first, again)
     assert type(again.__cause__) is TimeoutError  # the step's error, not its compensation's
     assert isinstance(again.compensation_error, RuntimeError)
-    assert any_coord.get(again.saga_id).error == "TimeoutError: gateway timed out"
+    view = any_coord.get(again.saga_id)
+    assert view.error == "RuntimeError: ledger locked"  # the compensation's: act on it
+    assert view.forward_error == "TimeoutError: gateway timed out"
 
 
 def test_re_entering_a_failed_context_manager_saga_raises_its_failure_again(
