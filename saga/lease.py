@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from saga.errors import ConfigurationError, StorageError
-from saga.ports import SagaStore
+from saga.ports import KnowsOwners, SagaStore
 
 _log = logging.getLogger("saga.engine")
 OnStop = Callable[[], None]
@@ -62,10 +62,19 @@ class Heartbeat:
     executor notices at its next (fenced) write. A renewal that finds a
     cancel request or a passed deadline calls the holder's ``on_stop`` (from
     the heartbeat thread): the async driver uses it to cancel a long step.
+
+    With an ``owner`` and a store that :class:`~saga.ports.KnowsOwners`, the owner
+    is recorded as alive before its first creation or claim (:meth:`register`), and
+    every renewal checks that the record still proves it: once this process has
+    died, a claimer may take its sagas at once instead of waiting for their leases
+    (see docs/recovery.md).
     """
 
-    def __init__(self, store: SagaStore, lease_ttl: float) -> None:
+    def __init__(self, store: SagaStore, lease_ttl: float, owner: str | None = None) -> None:
         self.store = store
+        self.owner = owner
+        self.registered = False
+        self._knows_owners = owner is not None and isinstance(store, KnowsOwners)
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.interval = renewal_interval(self.lease_ttl)
         self._held: dict[str, tuple[int, OnStop | None]] = {}
@@ -77,6 +86,7 @@ class Heartbeat:
     @contextlib.contextmanager
     def holding(self, saga_id: str, epoch: int, on_stop: OnStop | None = None) -> Iterator[None]:
         """Keep ``saga_id``'s lease alive while the block runs."""
+        self.register()
         with self._lock:
             self._held[saga_id] = (epoch, on_stop)
             self._start()
@@ -93,6 +103,28 @@ class Heartbeat:
             self._thread = threading.Thread(target=self._loop, name="saga-heartbeat", daemon=True)
             self._thread.start()
 
+    def register(self) -> None:
+        """Record this owner as alive (once; a failure is logged and tried again later):
+        before any saga row names it, so that no saga of a killed process lacks it."""
+        if self.registered or not self._knows_owners:
+            return
+        assert self.owner is not None
+        assert isinstance(self.store, KnowsOwners)
+        try:
+            self.store.register_owner(self.owner)
+        except StorageError as error:  # the next renewal tries again; meanwhile: leases only
+            _log.warning("could not record owner %s as alive: %s", self.owner, error)
+            return
+        self.registered = True
+
+    def release(self) -> None:
+        """Forget this owner in the store (its coordinator closes, holding nothing)."""
+        if self.registered:
+            assert self.owner is not None
+            assert isinstance(self.store, KnowsOwners)
+            self.store.release_owner(self.owner)
+            self.registered = False
+
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
@@ -107,7 +139,20 @@ class Heartbeat:
                 held = dict(self._held)
             if held:
                 self._renew(held)
+            # Also while idle: a session dropped by an idle timeout or a firewall would
+            # make the next saga's owner look dead until the next check.
+            self._keep_alive()
         self._wake.clear()
+
+    def _keep_alive(self) -> None:
+        if not self.registered:
+            self.register()
+        elif self._knows_owners:
+            assert isinstance(self.store, KnowsOwners)
+            try:
+                self.store.keep_owners()
+            except StorageError as error:
+                _log.warning("owner %s: could not renew its liveness record: %s", self.owner, error)
 
     def _renew(self, held: dict[str, tuple[int, OnStop | None]]) -> None:
         # One statement for every saga held: renewing them one by one took longer

@@ -423,6 +423,25 @@ class JoinsSessions(Protocol):
 
 
 @runtime_checkable
+class KnowsOwners(Protocol):
+    """A store that records how to tell its owners dead, so that a claim need not wait
+    for the lease of a saga whose process was killed (the SQL store)."""
+
+    def register_owner(self, owner: str) -> None:
+        """Record ``owner`` as alive for as long as this process runs (once per owner)."""
+        ...
+
+    def keep_owners(self) -> None:
+        """Check that what proves the registered owners alive still does (re-record it if
+        it was lost): the heartbeat calls it at every renewal."""
+        ...
+
+    def release_owner(self, owner: str) -> None:
+        """Forget ``owner`` (its coordinator closes)."""
+        ...
+
+
+@runtime_checkable
 class MigratableSchema(Protocol):
     """A store whose schema has revisions (``saga db status``, ``upgrade``, ``downgrade``)."""
 

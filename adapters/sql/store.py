@@ -177,6 +177,19 @@ class SqlSagaStore(SqlTransactions):
 
         return self.transaction(work)
 
+    def register_owner(self, owner: str) -> None:
+        """Record ``owner`` as alive (see :mod:`.liveness`); errors are StorageErrors."""
+        self.ensure_schema()
+        with self.translated():
+            self.liveness.register(owner)
+
+    def keep_owners(self) -> None:
+        with self.translated():
+            self.liveness.keep()
+
+    def release_owner(self, owner: str) -> None:
+        self.liveness.release(owner)
+
     def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         self.transaction(lambda c: claims.request_cancel(c, self.dialect, saga_id, event, guard))
 
