@@ -73,8 +73,10 @@ class Heartbeat:
     def __init__(self, store: SagaStore, lease_ttl: float, owner: str | None = None) -> None:
         self.store = store
         self.owner = owner
-        self.registered = False
-        self._knows_owners = owner is not None and isinstance(store, KnowsOwners)
+        # (owner, store) when the store records owners; else leases are all there is.
+        self._recorded = (
+            (owner, store) if owner is not None and isinstance(store, KnowsOwners) else None
+        )
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.interval = renewal_interval(self.lease_ttl)
         self._held: dict[str, tuple[int, OnStop | None]] = {}
@@ -103,27 +105,31 @@ class Heartbeat:
             self._thread = threading.Thread(target=self._loop, name="saga-heartbeat", daemon=True)
             self._thread.start()
 
+    @property
+    def registered(self) -> bool:
+        """Whether this owner is recorded as alive (or its store records no owners)."""
+        if self._recorded is None:
+            return True
+        owner, store = self._recorded
+        return store.owner_registered(owner)
+
     def register(self) -> None:
-        """Record this owner as alive (once; a failure is logged and tried again later):
-        before any saga row names it, so that no saga of a killed process lacks it."""
-        if self.registered or not self._knows_owners:
+        """Record this owner as alive (once, and again if its store was closed; a failure
+        is logged and tried again later): before any saga row names it, so that no saga
+        of a killed process lacks it."""
+        if self._recorded is None or self.registered:
             return
-        assert self.owner is not None
-        assert isinstance(self.store, KnowsOwners)
+        owner, store = self._recorded
         try:
-            self.store.register_owner(self.owner)
+            store.register_owner(owner)
         except StorageError as error:  # the next renewal tries again; meanwhile: leases only
-            _log.warning("could not record owner %s as alive: %s", self.owner, error)
-            return
-        self.registered = True
+            _log.warning("could not record owner %s as alive: %s", owner, error)
 
     def release(self) -> None:
         """Forget this owner in the store (its coordinator closes, holding nothing)."""
-        if self.registered:
-            assert self.owner is not None
-            assert isinstance(self.store, KnowsOwners)
-            self.store.release_owner(self.owner)
-            self.registered = False
+        if self._recorded is not None:
+            owner, store = self._recorded
+            store.release_owner(owner)
 
     def stop(self) -> None:
         self._stopping = True
@@ -139,20 +145,8 @@ class Heartbeat:
                 held = dict(self._held)
             if held:
                 self._renew(held)
-            # Also while idle: a session dropped by an idle timeout or a firewall would
-            # make the next saga's owner look dead until the next check.
-            self._keep_alive()
+                self.register()  # if an earlier try failed (the store watches the rest)
         self._wake.clear()
-
-    def _keep_alive(self) -> None:
-        if not self.registered:
-            self.register()
-        elif self._knows_owners:
-            assert isinstance(self.store, KnowsOwners)
-            try:
-                self.store.keep_owners()
-            except StorageError as error:
-                _log.warning("owner %s: could not renew its liveness record: %s", self.owner, error)
 
     def _renew(self, held: dict[str, tuple[int, OnStop | None]]) -> None:
         # One statement for every saga held: renewing them one by one took longer

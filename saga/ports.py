@@ -431,9 +431,13 @@ class KnowsOwners(Protocol):
         """Record ``owner`` as alive for as long as this process runs (once per owner)."""
         ...
 
+    def owner_registered(self, owner: str) -> bool:
+        """Whether ``owner`` is recorded (no I/O: asked before every saga)."""
+        ...
+
     def keep_owners(self) -> None:
-        """Check that what proves the registered owners alive still does (re-record it if
-        it was lost): the heartbeat calls it at every renewal."""
+        """Check that what proves the registered owners alive still does, and record it
+        again at once if it was lost (the store watches for that loss itself)."""
         ...
 
     def release_owner(self, owner: str) -> None:

@@ -86,6 +86,7 @@ _OWNERS = frozenset(
         "backend_start",
         "server_start",
         "registered_at",
+        "suspected_at",
     ]
 )
 

@@ -112,7 +112,8 @@ class SagaOwnerRow(SQLModel, table=True):
     """How to tell, from another process, that an owner (a coordinator) has died.
 
     PostgreSQL: the owner's liveness session (``backend_pid``, ``backend_start``) on
-    the server instance it was opened on (``server_start``); SQLite: the owner's
+    the server instance it was opened on (``server_start``), and since when a claimer
+    has found that session gone (``suspected_at``); SQLite: the owner's
     process (``host``, ``pid``, ``process_start``). See :mod:`.liveness`.
     """
 
@@ -126,6 +127,7 @@ class SagaOwnerRow(SQLModel, table=True):
     backend_start: float | None = None
     server_start: float | None = None
     registered_at: float
+    suspected_at: float | None = None
 
 
 def _table(model: type[SQLModel]) -> Table:

@@ -24,8 +24,8 @@ from saga.transient import refused_for_good
 from . import migrate
 from .binding import check_session_factory
 from .dialect import Dialect
-from .liveness import OwnerLiveness
 from .messages import first_line, masked
+from .owner_liveness import OwnerLiveness
 
 T = TypeVar("T")
 

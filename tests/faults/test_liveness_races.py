@@ -2,11 +2,13 @@
 
 An owner is paused just before the commit that starts ``charge``, its lease 60 s
 long. Its liveness record is then made to say "dead" while the owner lives on (on
-PostgreSQL its liveness session is terminated, as a cut connection would end it; on
-SQLite the record is pointed at a process that has exited): a claimer re-running the
-key takes the saga at once, and the owner, let go, is fenced (``LeaseLostError``) and
-writes nothing. Had the owner renewed its record first (on PostgreSQL its heartbeat
-does, every renewal), the claimer is refused (``SagaBusyError``) and the owner finishes.
+PostgreSQL its liveness session is terminated, as an operator or an idle timeout would
+end it; on SQLite the record is pointed at a process that has exited). If the owner
+cannot record itself again (a frozen process: on PostgreSQL its watcher is stopped), a
+claimer re-running the key takes the saga (on PostgreSQL after the grace, which it
+waits out once), and the owner, let go, is fenced (``LeaseLostError``) and writes
+nothing. If it does (on PostgreSQL its watcher records a new session the moment the old
+one ends), the claimer is refused (``SagaBusyError``) and the owner finishes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from saga.adapters.sql import tables
+from saga.adapters.sql import liveness, tables
 from sqlalchemy import Connection, Engine, select, text, update
 
 from saga import Coordinator, SagaStatus
@@ -33,24 +35,38 @@ def _exited_pid() -> int:
     return child.pid
 
 
-def _say_dead(observer: Coordinator, owner: str) -> None:
-    """Make ``owner``'s record say it died, though it lives on."""
+def _freeze_watch(owner: Coordinator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The owner can no longer record itself again, as if its process were frozen."""
+    monkeypatch.setattr(owner.store.liveness, "keep", lambda: None)  # type: ignore[attr-defined]
+
+
+def _say_dead(observer: Coordinator, owner: str) -> int | None:
+    """Make ``owner``'s record say it died, though it lives on; on PostgreSQL, the pid of
+    the liveness session that was terminated."""
     engine = observer.store.engine  # type: ignore[attr-defined]
     o = tables.owners.c
     with engine.begin() as connection:
-        if engine.dialect.name == "postgresql":
-            pid = connection.execute(select(o.backend_pid).where(o.owner == owner)).scalar_one()
-            connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        else:
+        if engine.dialect.name != "postgresql":
             _point_at(connection, owner, _exited_pid())
-    if engine.dialect.name == "postgresql":  # a terminated backend takes a moment to go
-        _wait_for(lambda: _backend_gone(engine, pid))
+            return None
+        pid = connection.execute(select(o.backend_pid).where(o.owner == owner)).scalar_one()
+        connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    _wait_for(lambda: _backend_gone(engine, pid))  # a terminated backend takes a moment
+    return int(pid)
 
 
 def _backend_gone(engine: Engine, pid: int) -> bool:
     with engine.connect() as connection:
         query = text("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = :pid")
         return bool(connection.execute(query, {"pid": pid}).scalar())
+
+
+def _recorded_pid(observer: Coordinator, owner: str) -> int | None:
+    engine = observer.store.engine  # type: ignore[attr-defined]
+    o = tables.owners.c
+    with engine.connect() as connection:
+        query = select(o.backend_pid).where(o.owner == owner)
+        return connection.execute(query).scalar_one_or_none()  # type: ignore[no-any-return]
 
 
 def _point_at(connection: Connection, owner: str, pid: int) -> None:
@@ -60,20 +76,23 @@ def _point_at(connection: Connection, owner: str, pid: int) -> None:
 
 
 @pytest.mark.parametrize("renewed", [False, True], ids=["record-lost", "record-renewed"])
-def test_a_claimer_and_the_owners_liveness_record(db_url: str, renewed: bool) -> None:
+def test_a_claimer_and_the_owners_liveness_record(
+    db_url: str, renewed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with Interleaving(db_url, sagas=[order]) as run:
         owner_coord, claimer_coord = run.coordinator(), run.coordinator()
         data = {"item": "k"}
         owner = run.actor("owner", lambda: owner_coord.run(order, data, key="k"), owner_coord)
         owner.run_until(lambda b: b.writes_step("charge", "running"))
-        _say_dead(run.observer, owner_coord.owner)
-        if renewed:
-            # PostgreSQL: the heartbeat's check opens a new session and records it;
-            # SQLite (no session to lose): the record names this live process again.
-            owner_coord.store.keep_owners()  # type: ignore[attr-defined]
-            if db_url.startswith("sqlite"):
-                with run.observer.store.engine.begin() as connection:  # type: ignore[attr-defined]
-                    _point_at(connection, owner_coord.owner, os.getpid())
+        if not renewed:
+            _freeze_watch(owner_coord, monkeypatch)
+        terminated = _say_dead(run.observer, owner_coord.owner)
+        if renewed and terminated is not None:
+            # PostgreSQL: the owner's watcher saw its session end and recorded another.
+            _wait_for(lambda: _recorded_pid(run.observer, owner_coord.owner) != terminated)
+        elif renewed:  # SQLite (no session to lose): the record names this live process
+            with run.observer.store.engine.begin() as connection:  # type: ignore[attr-defined]
+                _point_at(connection, owner_coord.owner, os.getpid())
         claimer = run.actor(
             "claimer", lambda: claimer_coord.run(order, data, key="k"), claimer_coord
         )
@@ -88,6 +107,57 @@ def test_a_claimer_and_the_owners_liveness_record(db_url: str, renewed: bool) ->
             assert (view.status, view.epoch) == (SagaStatus.COMPLETED, 2)
             history = run.observer.history(view.id)
             assert all(e.epoch == 2 for e in history if e.step == "charge")
+
+
+def _age_suspicion(observer: Coordinator, owner: str, seconds: float) -> float | None:
+    """Date the owner's record ``seconds`` back, its suspicion (if any) with it: its grace
+    has passed, on purpose. Returns the suspicion's new date."""
+    o = tables.owners.c
+    back = {"suspected_at": o.suspected_at - seconds, "registered_at": o.registered_at - seconds}
+    with observer.store.engine.begin() as connection:  # type: ignore[attr-defined]
+        aged = update(tables.owners).where(o.owner == owner).values(back)
+        assert connection.execute(aged).rowcount == 1
+        query = select(o.suspected_at).where(o.owner == owner)
+        return connection.execute(query).scalar_one()  # type: ignore[no-any-return]
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("recorded_again", [False, True], ids=["still-gone", "recorded-again"])
+def test_a_suspicion_older_than_the_owners_new_session_does_not_count(
+    pg_url: str, recorded_again: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claimer suspects the owner (its session gone); the grace then passes (dated
+    back on purpose). Had the owner recorded a new session between the two, the claim,
+    which checks the record inside its own statement, is refused; else it takes the saga
+    at once (the grace has passed: no wait)."""
+    with Interleaving(pg_url, sagas=[order]) as run:
+        owner_coord, claimer_coord = run.coordinator(), run.coordinator()
+        data = {"item": "k"}
+        owner = run.actor("owner", lambda: owner_coord.run(order, data, key="k"), owner_coord)
+        owner.run_until(lambda b: b.writes_step("charge", "running"))
+        _freeze_watch(owner_coord, monkeypatch)
+        _say_dead(run.observer, owner_coord.owner)
+        store = run.observer.store
+        saga_id = run.observer.get(key="k").id
+        left = store.transaction(  # type: ignore[attr-defined]
+            lambda c: liveness.suspected(c, store.dialect, saga_id)  # type: ignore[attr-defined]
+        )
+        assert left is not None  # suspected, the grace just begun
+        if recorded_again:
+            monkeypatch.undo()
+            owner_coord.store.keep_owners()  # type: ignore[attr-defined]
+        suspicion = _age_suspicion(run.observer, owner_coord.owner, 10 * liveness.GRACE)
+        assert (suspicion is None) is recorded_again  # a new session clears the suspicion
+        claimer = run.actor(
+            "claimer", lambda: claimer_coord.run(order, data, key="k"), claimer_coord
+        )
+        claimer.run_to_end()
+        owner.run_to_end()
+        expected = (
+            ("SagaBusyError", "returned") if recorded_again else ("returned", "LeaseLostError")
+        )
+        assert (claimer.outcome, owner.outcome) == expected
+        assert run.observer.get(key="k").status is SagaStatus.COMPLETED
 
 
 def test_an_owner_is_recorded_before_its_first_saga_names_it(db_url: str) -> None:

@@ -2,7 +2,8 @@
 
 - ``saga_owners``: one row per coordinator that has held a saga, keyed by its owner
   id. On PostgreSQL it names the owner's liveness session (backend pid and start, and
-  the server's start); on SQLite the owner's process (host, pid and process start).
+  the server's start, and since when a claimer suspects that session gone); on SQLite
+  the owner's process (host, pid and process start).
   A claim may take a saga whose owner is known dead without waiting for its lease
   (see adapters/sql/liveness.py). Nothing to fill in: a saga whose owner has no row
   waits for its lease, as before.
@@ -33,6 +34,7 @@ def upgrade() -> None:
         sa.Column("backend_start", sa.Float()),
         sa.Column("server_start", sa.Float()),
         sa.Column("registered_at", sa.Float(), nullable=False),
+        sa.Column("suspected_at", sa.Float()),
     )
     op.execute(_LEGACY.insert().values(version=5))
 
