@@ -115,7 +115,7 @@ class Coordinator:
         self.lease_ttl = lease_ttl
         self.owner = new_owner_id()
         self.resolver = Resolver(trusted_modules, compensation_retry, compensation_wait_in_place)
-        self.heartbeat = Heartbeat(self.store, lease_ttl)
+        self.heartbeat = Heartbeat(self.store, lease_ttl, self.owner)
         self.flows = Flows(payload_limit, self.resolver)
         self.driver = ThreadDriver(
             self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
@@ -137,6 +137,7 @@ class Coordinator:
         seconds at most), close the resources handed over to it and release the database
         connections."""
         self.heartbeat.stop()
+        self.heartbeat.release()
         self.listeners.close()
         self.resources.close()
         self.store.close()

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from saga.errors import ConfigurationError, StorageError
-from saga.ports import SagaStore
+from saga.ports import KnowsOwners, SagaStore
 
 _log = logging.getLogger("saga.engine")
 OnStop = Callable[[], None]
@@ -62,10 +62,21 @@ class Heartbeat:
     executor notices at its next (fenced) write. A renewal that finds a
     cancel request or a passed deadline calls the holder's ``on_stop`` (from
     the heartbeat thread): the async driver uses it to cancel a long step.
+
+    With an ``owner`` and a store that :class:`~saga.ports.KnowsOwners`, the owner
+    is recorded as alive before its first creation or claim (:meth:`register`), and
+    every renewal checks that the record still proves it: once this process has
+    died, a claimer may take its sagas at once instead of waiting for their leases
+    (see docs/recovery.md).
     """
 
-    def __init__(self, store: SagaStore, lease_ttl: float) -> None:
+    def __init__(self, store: SagaStore, lease_ttl: float, owner: str | None = None) -> None:
         self.store = store
+        self.owner = owner
+        # (owner, store) when the store records owners; else leases are all there is.
+        self._recorded = (
+            (owner, store) if owner is not None and isinstance(store, KnowsOwners) else None
+        )
         self.lease_ttl = check_lease_ttl(lease_ttl)
         self.interval = renewal_interval(self.lease_ttl)
         self._held: dict[str, tuple[int, OnStop | None]] = {}
@@ -77,6 +88,7 @@ class Heartbeat:
     @contextlib.contextmanager
     def holding(self, saga_id: str, epoch: int, on_stop: OnStop | None = None) -> Iterator[None]:
         """Keep ``saga_id``'s lease alive while the block runs."""
+        self.register()
         with self._lock:
             self._held[saga_id] = (epoch, on_stop)
             self._start()
@@ -93,6 +105,32 @@ class Heartbeat:
             self._thread = threading.Thread(target=self._loop, name="saga-heartbeat", daemon=True)
             self._thread.start()
 
+    @property
+    def registered(self) -> bool:
+        """Whether this owner is recorded as alive (or its store records no owners)."""
+        if self._recorded is None:
+            return True
+        owner, store = self._recorded
+        return store.owner_registered(owner)
+
+    def register(self) -> None:
+        """Record this owner as alive (once, and again if its store was closed; a failure
+        is logged and tried again later): before any saga row names it, so that no saga
+        of a killed process lacks it."""
+        if self._recorded is None or self.registered:
+            return
+        owner, store = self._recorded
+        try:
+            store.register_owner(owner)
+        except StorageError as error:  # the next renewal tries again; meanwhile: leases only
+            _log.warning("could not record owner %s as alive: %s", owner, error)
+
+    def release(self) -> None:
+        """Forget this owner in the store (its coordinator closes, holding nothing)."""
+        if self._recorded is not None:
+            owner, store = self._recorded
+            store.release_owner(owner)
+
     def stop(self) -> None:
         self._stopping = True
         self._wake.set()
@@ -107,6 +145,7 @@ class Heartbeat:
                 held = dict(self._held)
             if held:
                 self._renew(held)
+                self.register()  # if an earlier try failed (the store watches the rest)
         self._wake.clear()
 
     def _renew(self, held: dict[str, tuple[int, OnStop | None]]) -> None:

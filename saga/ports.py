@@ -423,6 +423,29 @@ class JoinsSessions(Protocol):
 
 
 @runtime_checkable
+class KnowsOwners(Protocol):
+    """A store that records how to tell its owners dead, so that a claim need not wait
+    for the lease of a saga whose process was killed (the SQL store)."""
+
+    def register_owner(self, owner: str) -> None:
+        """Record ``owner`` as alive for as long as this process runs (once per owner)."""
+        ...
+
+    def owner_registered(self, owner: str) -> bool:
+        """Whether ``owner`` is recorded (no I/O: asked before every saga)."""
+        ...
+
+    def keep_owners(self) -> None:
+        """Check that what proves the registered owners alive still does, and record it
+        again at once if it was lost (the store watches for that loss itself)."""
+        ...
+
+    def release_owner(self, owner: str) -> None:
+        """Forget ``owner`` (its coordinator closes)."""
+        ...
+
+
+@runtime_checkable
 class MigratableSchema(Protocol):
     """A store whose schema has revisions (``saga db status``, ``upgrade``, ``downgrade``)."""
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import saga_bench
+from benchmarks import saga_bench, takeover
 from benchmarks.common import W1, Result
 from tests.children import ROOT
 
@@ -60,3 +60,11 @@ def test_the_purge_benchmark_runs_purge_beside_the_workload(postgres_server: str
         ran.stdout
     )
     assert "workload 1 beside it" in ran.stdout
+
+
+def test_the_takeover_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> None:
+    figures = takeover.measure(f"sqlite:///{tmp_path}/takeover.db", kills=2)
+
+    assert len(figures) == 2
+    assert all(seconds > 0 for seconds in figures)
+    assert takeover.report("sqlite", figures).startswith("sqlite: 2 kills, SIGKILL to claim p50 ")

@@ -36,6 +36,7 @@ from saga.status import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepS
 from . import reads
 from . import tables as t
 from .dialect import Dialect
+from .liveness import owner_gone, suspect
 from .writes import append, stop
 
 CLAIMABLE = (*reads.ACTIVE, SagaStatus.FAILED.value)  # failed: an operator may act on it
@@ -81,7 +82,7 @@ def claim(
     i = t.instances.c
     row = connection.execute(
         update(t.instances)
-        .where(*_claimable(dialect, saga_id, guard))
+        .where(*_claimable(connection, dialect, saga_id, owner, guard))
         .values(
             epoch=i.epoch + 1,
             owner=owner,
@@ -115,13 +116,22 @@ def lock_row(connection: Connection, saga_id: str) -> None:
 
 
 def _claimable(
-    dialect: Dialect, saga_id: str, guard: ClaimGuard | None
+    connection: Connection,
+    dialect: Dialect,
+    saga_id: str,
+    claimer: str,
+    guard: ClaimGuard | None,
 ) -> list[ColumnElement[bool]]:
     """The conditions under which the saga may be taken, all checked in the claim."""
     i = t.instances.c
     # A live lease is never taken, not even from this owner: another thread of
-    # the same coordinator may be executing the saga right now.
-    free = or_(i.owner.is_(None), i.lease_expires_at < dialect.now())
+    # the same coordinator may be executing the saga right now. Only a lease whose
+    # owner is known dead is (liveness.owner_gone: never this live process).
+    free = or_(
+        i.owner.is_(None),
+        i.lease_expires_at < dialect.now(),
+        owner_gone(connection, dialect, [saga_id], claimer),
+    )
     unfinished = i.status.in_(CLAIMABLE)  # it may have finished since the caller read it
     return [i.id == saga_id, free, unfinished, *guarded(saga_id, guard)]
 
@@ -187,9 +197,10 @@ def claim_expired(
     ``runnable``: only those it admits; the others are not even locked)."""
     now = dialect.now()
     i = t.instances.c
+    suspect(connection, dialect)  # an owner whose session went: taken a grace later
     stuck = dialect.lock_for_claim(
         select(i.id)
-        .where(i.status.in_(reads.ACTIVE), i.lease_expires_at < now)
+        .where(i.status.in_(reads.ACTIVE), orphaned(connection, dialect, now, owner))
         .where(*runnable_only(runnable))
         .order_by(i.lease_expires_at)
         .limit(limit)
@@ -241,6 +252,18 @@ def runnable_only(runnable: Runnable | None) -> list[ColumnElement[bool]]:
         ~or_(*trusted),
     )
     return [or_(declarative, and_(i.kind == "imperative", ~unresolvable.exists()))]
+
+
+def orphaned(
+    connection: Connection,
+    dialect: Dialect,
+    now: ColumnElement[float],
+    claimer: str | None = None,
+) -> ColumnElement[bool]:
+    """A saga no live process holds: its lease ran out, or its owner is known dead (a
+    killed process need not be waited for: see :mod:`.liveness`)."""
+    i = t.instances.c
+    return or_(i.lease_expires_at < now, owner_gone(connection, dialect, claimer=claimer))
 
 
 def claimed_ids(connection: Connection, token: str, saga_id: str | None = None) -> list[str]:

@@ -23,6 +23,7 @@ REVISIONS: tuple[tuple[str, str], ...] = (
     ("0002", "saga_steps.commit_token"),
     ("0003", "saga versions; lighter step and event indexes"),
     ("0004", "saga_instances.trace_context"),
+    ("0005", "saga_owners: how a claimer tells that an owner died"),
 )
 """Every revision this release knows, oldest first, with what it does."""
 
@@ -75,6 +76,19 @@ _STEPS_1 = frozenset(
 )
 _EVENTS = frozenset(["id", "saga_id", "at", "kind", "step", "attempt", "epoch", "detail"])
 _LEGACY = frozenset({"version"})
+_OWNERS = frozenset(
+    [
+        "owner",
+        "host",
+        "pid",
+        "process_start",
+        "backend_pid",
+        "backend_start",
+        "server_start",
+        "registered_at",
+        "suspected_at",
+    ]
+)
 
 SHAPES: Mapping[str, Mapping[str, frozenset[str]]] = {
     "0001": {
@@ -100,6 +114,13 @@ SHAPES: Mapping[str, Mapping[str, frozenset[str]]] = {
         "saga_steps": _STEPS_1 | {"commit_token"},
         "saga_events": _EVENTS,
         LEGACY_TABLE: _LEGACY,
+    },
+    "0005": {
+        "saga_instances": _INSTANCES_1 | {"fingerprint", "trace_context"},
+        "saga_steps": _STEPS_1 | {"commit_token"},
+        "saga_events": _EVENTS,
+        LEGACY_TABLE: _LEGACY,
+        "saga_owners": _OWNERS,
     },
 }
 """The columns each revision's tables have: what ``saga db upgrade`` expects to find."""

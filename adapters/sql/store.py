@@ -11,6 +11,7 @@ earlier write (the commit token) instead of writing twice.
 from __future__ import annotations
 
 import builtins
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -19,7 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from saga import faults
-from saga.errors import LeaseLostError
+from saga.errors import LeaseLostError, SagaBusyError
 from saga.ports import (
     AsyncSagaStore,
     ClaimGuard,
@@ -33,7 +34,7 @@ from saga.ports import (
 )
 from saga.status import SagaStatus
 
-from . import claims, reads, writes
+from . import claims, liveness, reads, writes
 from .messages import masked
 from .transactions import SqlTransactions
 
@@ -157,7 +158,16 @@ class SqlSagaStore(SqlTransactions):
                 connection, self.dialect, saga_id, owner, lease_ttl, event, guard, token
             )
 
-        return self.transaction(work)
+        try:
+            return self.transaction(work)
+        except SagaBusyError:
+            # Its owner's session may have gone (a killed process): suspect it, wait out
+            # the grace once, and try again, rather than refuse a caller for a whole lease.
+            left = self.transaction(lambda c: liveness.suspected(c, self.dialect, saga_id))
+            if left is None:
+                raise
+            time.sleep(left)
+            return self.transaction(work)
 
     def claim_expired(
         self, owner: str, lease_ttl: float, limit: int, runnable: Runnable | None = None
@@ -176,6 +186,22 @@ class SqlSagaStore(SqlTransactions):
             )
 
         return self.transaction(work)
+
+    def register_owner(self, owner: str) -> None:
+        """Record ``owner`` as alive (see :mod:`.liveness`); errors are StorageErrors."""
+        self.ensure_schema()
+        with self.translated():
+            self.liveness.register(owner)
+
+    def owner_registered(self, owner: str) -> bool:
+        return self.liveness.registered(owner)
+
+    def keep_owners(self) -> None:
+        with self.translated():
+            self.liveness.keep()
+
+    def release_owner(self, owner: str) -> None:
+        self.liveness.release(owner)
 
     def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         self.transaction(lambda c: claims.request_cancel(c, self.dialect, saga_id, event, guard))

@@ -108,6 +108,28 @@ class SagaSchemaVersionRow(SQLModel, table=True):
     version: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
 
 
+class SagaOwnerRow(SQLModel, table=True):
+    """How to tell, from another process, that an owner (a coordinator) has died.
+
+    PostgreSQL: the owner's liveness session (``backend_pid``, ``backend_start``) on
+    the server instance it was opened on (``server_start``), and since when a claimer
+    has found that session gone (``suspected_at``); SQLite: the owner's
+    process (``host``, ``pid``, ``process_start``). See :mod:`.liveness`.
+    """
+
+    __tablename__ = "saga_owners"
+
+    owner: str = Field(primary_key=True)
+    host: str | None = None
+    pid: int | None = None
+    process_start: str | None = None
+    backend_pid: int | None = None
+    backend_start: float | None = None
+    server_start: float | None = None
+    registered_at: float
+    suspected_at: float | None = None
+
+
 def _table(model: type[SQLModel]) -> Table:
     table = model.__table__  # type: ignore[attr-defined]
     assert isinstance(table, Table)
@@ -118,4 +140,5 @@ instances = _table(SagaInstanceRow)
 steps = _table(SagaStepRow)
 events = _table(SagaEventRow)
 schema_version = _table(SagaSchemaVersionRow)
-ALL_TABLES = (instances, steps, events, schema_version)
+owners = _table(SagaOwnerRow)
+ALL_TABLES = (instances, steps, events, schema_version, owners)

@@ -25,6 +25,7 @@ from . import migrate
 from .binding import check_session_factory
 from .dialect import Dialect
 from .messages import first_line, masked
+from .owner_liveness import OwnerLiveness
 
 T = TypeVar("T")
 
@@ -38,6 +39,7 @@ class SqlTransactions:
         self.retry = retry
         self.engine = dialect.create_engine(url)
         self.hot = dialect.hot_path(url)
+        self.liveness = OwnerLiveness(self.engine, dialect, getattr(dialect, "connect_args", {}))
         self.session_factory: Callable[..., Session] = Session
         self._schema_ready = False
         self.creates_schema = True  # first use creates saga's tables in an empty database
@@ -156,6 +158,7 @@ class SqlTransactions:
 
     def close(self) -> None:
         """Release the engine's connections (and the hot path's)."""
+        self.liveness.close()
         self.engine.dispose()
         if self.hot is not None:
             self.hot.close()

@@ -50,7 +50,7 @@ class TaskDriver:
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
             fx.Tell: _tell,
             fx.Hold: _hold,
-            fx.StoreCall: lambda effect, _: asyncio.to_thread(effect.call, self.threads.store),
+            fx.StoreCall: lambda effect, _: asyncio.to_thread(self.threads.store_call, effect),
             fx.Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
             fx.Sleep: lambda effect, _: self.sleep(effect),
             fx.Draining: lambda _, __: _answered(threads.draining.is_set()),
@@ -108,6 +108,8 @@ class TaskDriver:
     async def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (see ``ThreadDriver.create``)."""
         record = self.listeners.starting(record)
+        if not self.threads.heartbeat.registered:
+            await asyncio.to_thread(self.threads.heartbeat.register)
         stored, created = await self.store.create(record, first, self.threads.lease_ttl)
         if created:
             self.listeners.committed(record, first)

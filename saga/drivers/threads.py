@@ -70,7 +70,7 @@ class ThreadDriver:
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
             fx.Hold: lambda effect, _: self.hold(effect.record),
-            fx.StoreCall: lambda effect, _: effect.call(self.store),
+            fx.StoreCall: lambda effect, _: self.store_call(effect),
             fx.Transact: lambda effect, _: self.transact(effect),
             fx.Tell: lambda effect, _: self.listeners.tell(
                 effect.record, effect.events, durable=effect.durable
@@ -134,10 +134,16 @@ class ThreadDriver:
         self.listeners.committed(effect.record, effect.change)
         return stop
 
+    def store_call(self, effect: fx.StoreCall) -> Any:
+        """``effect``'s call on the store (a claim names this owner: it is recorded first)."""
+        self.heartbeat.register()
+        return effect.call(self.store)
+
     def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (or find the one its key names); the
         listeners are told when this call created it."""
         record = self.listeners.starting(record)
+        self.heartbeat.register()  # before any row names this owner: no saga without it
         stored, created = self.store.create(record, first, self.lease_ttl)
         if created:
             self.listeners.committed(record, first)
