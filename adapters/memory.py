@@ -43,7 +43,7 @@ from saga.ports import (
     StepWrite,
     guard_broken,
 )
-from saga.status import SagaStatus
+from saga.status import SagaStatus, StepStatus
 
 T = TypeVar("T")
 SCHEMA_VERSION = "memory"  # nothing stored, nothing to migrate
@@ -394,8 +394,15 @@ def _stuck(saga: SagaRecord, now: float) -> bool:
 
 def _without_payloads(saga: SagaRecord) -> SagaRecord:
     """``saga`` as a listing without payloads reads it (``ListQuery.payloads``)."""
-    steps = tuple(dataclasses.replace(s, args=None, result=None, error=None) for s in saga.steps)
-    return dataclasses.replace(saga, input=None, error=None, trace_context=None, steps=steps)
+    steps = tuple(
+        dataclasses.replace(s, args=None, result=None, error=_listed_error(s)) for s in saga.steps
+    )
+    return dataclasses.replace(saga, input=None, trace_context=None, steps=steps)
+
+
+def _listed_error(step: StepRecord) -> str | None:
+    """A compensating step's error stays in a listing: it can be the saga's headline."""
+    return step.error if step.status is StepStatus.COMPENSATING else None
 
 
 def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:

@@ -17,6 +17,7 @@ from saga.engine.flows import Flows
 from saga.engine.scope import ScopeCore, StepCall, bound
 from saga.engine.scope_flows import ScopeFlows
 from saga.errors import SagaFailed
+from saga.failure import raise_from_block
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord
 from saga.status import SagaStatus
@@ -123,6 +124,6 @@ class AsyncSagaScope(ScopeCore):
             if error is None and self._failed_step is None:
                 await self.driver.run(self._flows.complete())
             elif self._unwinds(error):
-                raise await self.driver.run(self._flows.unwind(error)) from error
+                raise_from_block(await self.driver.run(self._flows.unwind(error)), error)
         finally:
             self._release()

@@ -50,12 +50,12 @@ class SagaFailed(SagaError):  # noqa: N818 - the name is part of the public cont
     step and ``compensation_error`` is its exception (a
     :class:`RecordedError` with no type name when nothing was raised: its
     attempts were used up across crashes), chained as the ``__context__``
-    too (``run()``'s and a replay's; leaving a ``with coord.saga(...)`` block,
-    Python makes the block's error the context); ``compensation_error_type`` and
-    ``compensation_error_message`` give its type name and message. The
-    message says all of it, for example ``saga ... ended failed at step
-    'confirm'; the compensation of step 'transfer' failed: RuntimeError:
-    ledger locked``.
+    too (by ``run()``, a replay and a ``with coord.saga(...)`` block alike, so
+    that walking the chain finds the participant's own exception class);
+    ``compensation_error_type`` and ``compensation_error_message`` give its
+    type name and message. The message says all of it, for example ``saga
+    ... ended failed at step 'confirm'; the compensation of step 'transfer'
+    failed: RuntimeError: ledger locked``.
 
     Running the same key again raises the same ``SagaFailed``, rebuilt from
     the records: the same message and attributes, and a ``__cause__`` (and

@@ -18,7 +18,7 @@ import ast
 import builtins
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from saga.errors import RecordedError, SagaFailed, describe_error
 from saga.ports import SagaRecord, StepRecord
@@ -45,6 +45,26 @@ def compensation_failed(
     return SagaFailed(
         record.id, SagaStatus.FAILED, failed_compensation=name, compensation_error=error
     )
+
+
+def raise_from_block(failure: SagaFailed, error: BaseException | None) -> NoReturn:
+    """Raise ``failure`` from ``error``, the error a ``with coord.saga(...)`` block left
+    with, chained as ``run()`` chains it: a compensation's error that ended it as the
+    ``__context__`` (the participant's own exception, found by walking the chain).
+
+    Raised in ``__exit__`` as such, the block's error being handled would become the
+    context in its place; so ``failure`` is raised while the compensation's is."""
+    undo = failure.compensation_error
+    if undo is None or undo is error:
+        raise failure from error
+    context, traceback = undo.__context__, undo.__traceback__
+    try:
+        raise undo
+    except BaseException:
+        # Raising it again chained it to the block's error and grew its traceback by this
+        # frame: put both back, it is reported as it was raised.
+        undo.__context__, undo.__traceback__ = context, traceback
+        raise failure from error
 
 
 def recorded_failure(record: SagaRecord) -> SagaFailed:

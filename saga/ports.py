@@ -266,9 +266,11 @@ class ListQuery:
     id_prefix: str | None = None
     """Only sagas whose id starts with this (lowercase hex and dashes)."""
     payloads: bool = True
-    """False: leave out what a listing never shows (the saga's input, error and trace
-    context; each step's arguments, result and error), which come back None. A page of
-    ``saga list`` or of the web console reads a few bytes per saga, not its results."""
+    """False: leave out what a listing never shows (the saga's input and trace context;
+    each step's arguments, result and error), which come back None. A page of ``saga
+    list`` or of the web console reads a few bytes per saga, not its results. Errors
+    are short and a listing shows the saga's (``SagaView.error``): the saga's error is
+    kept, and so is a step's while it is ``compensating`` (a failed saga's headline)."""
 
 
 class SagaStore(Protocol):

@@ -16,6 +16,7 @@ from saga.engine.flows import Flows
 from saga.engine.scope import ScopeCore, StepCall
 from saga.engine.scope_flows import ScopeFlows
 from saga.errors import SagaFailed
+from saga.failure import raise_from_block
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, SagaStore
 from saga.status import SagaStatus
@@ -118,6 +119,6 @@ class SagaScope(ScopeCore):
             if error is None and self._failed_step is None:
                 self.driver.run(self._flows.complete())
             elif self._unwinds(error):
-                raise self.driver.run(self._flows.unwind(error)) from error
+                raise_from_block(self.driver.run(self._flows.unwind(error)), error)
         finally:
             self._release()

@@ -569,19 +569,34 @@ class StoreContract:
             running("reserve", 1), status=StepStatus.SUCCEEDED, args='{"a":1}', result='"r"'
         )
         failed = dataclasses.replace(running("charge", 2), error="E: boom")
-        writes = (StepWrite(step), StepWrite(failed, new=True, stamp="started"))
+        undoing = dataclasses.replace(
+            running("ship", 3), status=StepStatus.COMPENSATING, args="[1]", error="U: refused"
+        )
+        writes = (
+            StepWrite(step),
+            StepWrite(failed, new=True, stamp="started"),
+            StepWrite(undoing, new=True, stamp="started"),
+        )
         store.commit(Commit(saga.id, 1, error="saga error", steps=writes))
         full = loaded(store, saga.id)
         [light] = store.list(ListQuery(key="k", payloads=False))
-        assert (light.input, light.error, light.trace_context) == (None, None, None)
-        assert [(s.args, s.result, s.error) for s in light.steps] == [(None, None, None)] * 2
-        blank = {"args": None, "result": None, "error": None}
+        assert (light.input, light.error, light.trace_context) == (None, "saga error", None)
+        # Errors are what a list shows: the saga's, and a compensating step's (a headline).
+        assert [(s.args, s.result, s.error) for s in light.steps] == [
+            (None, None, None),
+            (None, None, None),
+            (None, None, "U: refused"),
+        ]
         expected = dataclasses.replace(
             full,
             input=None,
-            error=None,
             trace_context=None,
-            steps=tuple(dataclasses.replace(s, **blank) for s in full.steps),
+            steps=tuple(
+                dataclasses.replace(
+                    s, args=None, result=None, error=s.error if s is full.steps[2] else None
+                )
+                for s in full.steps
+            ),
         )
         assert light == expected  # everything a listing shows, as loaded
         assert store.list(ListQuery(key="k")) == [full]

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Select,
     Table,
     and_,
+    case,
     func,
     null,
     or_,
@@ -23,7 +24,7 @@ from sqlalchemy import (
 )
 
 from saga.ports import EventRecord, ListQuery, SagaRecord, StepRecord
-from saga.status import SagaStatus
+from saga.status import SagaStatus, StepStatus
 
 from . import tables as t
 from .dialect import Dialect
@@ -33,11 +34,13 @@ ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 """The statuses of a saga someone should be executing (stuck when its lease ran out)."""
 
 PAYLOADS = {
-    "saga_instances": ("input", "error", "trace_context"),
+    "saga_instances": ("input", "trace_context"),
     "saga_steps": ("args", "result", "error"),
 }
 """The columns a listing without payloads leaves out (``ListQuery.payloads``): they
-hold what a saga carries, unbounded but for the payload limit, and no list shows them."""
+hold what a saga carries, unbounded but for the payload limit, and no list shows them.
+Errors are short (``MAX_ERROR_LENGTH``) and a list shows the saga's: its own column is
+read, and of its steps' errors the one that can be it (see :func:`_left_out`)."""
 
 
 def load(connection: Connection, saga_id: str) -> SagaRecord | None:
@@ -64,7 +67,17 @@ def columns(table: Table, payloads: bool = True) -> list[Any]:
     but its :data:`PAYLOADS`, each read back as NULL so that rows keep one shape."""
     left_out = () if payloads else PAYLOADS.get(table.name, ())
     kept: list[Any] = [c for c in table.c if c.name not in left_out]
-    return kept + [null().label(name) for name in left_out]
+    return kept + [_left_out(table, name) for name in left_out]
+
+
+def _left_out(table: Table, name: str) -> Any:
+    """NULL in place of the payload column ``name``; but a compensating step's error,
+    which is the saga's headline error when its compensation failed for good
+    (``views.headline_error``): the listing reads it in the same query, not per row."""
+    if table is t.steps and name == "error":
+        s = t.steps.c
+        return case((s.status == StepStatus.COMPENSATING.value, s.error)).label(name)
+    return null().label(name)
 
 
 def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:

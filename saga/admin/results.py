@@ -28,7 +28,8 @@ from saga.wording import attempt_failed_text, next_attempt_at
 
 
 def saga_summary(view: SagaView, now: float) -> dict[str, Any]:
-    """One saga as a row of ``saga list --json``."""
+    """One saga as a row of ``saga list --json``: ``error`` is the one to act on (a failed
+    compensation's, when one failed for good), ``forward_error`` the one that began it."""
     step = current_step(view)
     left = lease_left(view, now)
     return {
@@ -51,6 +52,8 @@ def saga_summary(view: SagaView, now: float) -> dict[str, Any]:
         "lease_expired": None if left is None else left < 0,
         "stuck": is_stuck(view, now),
         "cancel_requested": view.cancel_requested,
+        "error": view.error,
+        "forward_error": view.forward_error,
     }
 
 
@@ -167,8 +170,6 @@ class SagaDetail:
         return {
             **saga_summary(view, self.now),
             "input": view.input,
-            "error": view.error,
-            "forward_error": view.forward_error,
             "pivot_step": self.pivot,
             "past_pivot": past_pivot(view),
             "in_doubt_steps": [s.name for s in self.in_doubt],

@@ -90,7 +90,7 @@ def render_page(session: Session, page: admin.SagaPage, args: ListArgs) -> None:
     if not page.sagas:
         session.say("no stuck sagas" if args.stuck else "no sagas match")
         return
-    headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE"]
+    headers = ["ID", "NAME", "KEY", "STATUS", "STEP", "ATTEMPT", "AGE", "OWNER / LEASE", "ERROR"]
     id_table(session, headers, [_page_row(view, page.now) for view in page.sagas], args.wide)
     for saga_id, why in page.unrunnable.items():  # --stuck: what no worker like us takes
         session.say(f"{saga_id}: no worker started like this one can run it: {why}")
@@ -172,7 +172,22 @@ def _page_row(view: SagaView, now: float) -> list[str | Text]:
         str(step.attempt) if step else "-",
         admin.human_duration(age),
         _lease_text(view, now),
+        _listed_error(view.error),
     ]
+
+
+LISTED_ERROR = 60
+"""How much of a saga's error a ``saga list`` row shows: its first line, at most this
+many characters, so that a row stays a row; ``saga show`` and ``--json`` give it whole."""
+
+
+def _listed_error(error: str | None) -> str:
+    lines = (error or "").strip().splitlines()
+    if not lines:
+        return "-"
+    if len(lines) == 1 and len(lines[0]) <= LISTED_ERROR:
+        return lines[0]
+    return lines[0][: LISTED_ERROR - 3] + "..."  # more to read: ``saga show``
 
 
 def _status_text(view: SagaView, now: float) -> Text:

@@ -1,7 +1,8 @@
 """The real ``saga`` command on a saga whose compensation failed for good: ``show`` and
 ``show --json`` give that compensation's error as the saga's, the forward error beside
-it; and on a saga compensated by ``saga recover`` in another process, what each
-compensation returned, per step. On SQLite and PostgreSQL."""
+it, and ``list`` and ``list --json`` give it on the saga's row; and on a saga compensated
+by ``saga recover`` in another process, what each compensation returned, per step. On
+SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -44,6 +45,42 @@ def test_saga_show_headlines_the_compensations_error(db_url: str, tmp_path: Path
         UNDO,
         FORWARD,
     )
+
+
+def _listed(db_url: str, tmp_path: Path, *flags: str) -> str:
+    listed = run_saga("--db", db_url, *APP, "list", *flags, cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    return listed.stdout
+
+
+def _refused_and_declined(db_url: str) -> tuple[str, str]:
+    """A saga whose compensation failed for good, and one that compensated: their ids."""
+    with Coordinator(db_url) as coord:
+        with pytest.raises(SagaFailed) as refused:
+            coord.run(trip.TRIP, data={"refused": True}, key="refused")
+        with pytest.raises(SagaFailed) as declined:
+            coord.run(trip.TRIP, data={}, key="declined")
+    assert (refused.value.status, declined.value.status) == (
+        SagaStatus.FAILED,
+        SagaStatus.COMPENSATED,
+    )
+    return refused.value.saga_id, declined.value.saga_id
+
+
+def test_saga_list_headlines_each_sagas_error(db_url: str, tmp_path: Path) -> None:
+    refused, declined = _refused_and_declined(db_url)
+    lines = _listed(db_url, tmp_path).splitlines()
+    assert len(lines) == 3  # the header and one line a saga, its error cut to fit
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert rows[refused].split()[3] == "failed"
+    assert rows[refused].endswith(f" {UNDO[:57]}...")  # at most 60 characters
+    assert "BookingRejected" not in rows[refused]  # the forward error is show's to give
+    assert rows[declined].split()[3] == "compensated"
+    assert rows[declined].endswith(f" {FORWARD[:57]}...")
+    listed = json.loads(_listed(db_url, tmp_path, "--json"))["sagas"]
+    by_id = {row["id"]: row for row in listed}
+    assert (by_id[refused]["error"], by_id[refused]["forward_error"]) == (UNDO, FORWARD)
+    assert (by_id[declined]["error"], by_id[declined]["forward_error"]) == (FORWARD, FORWARD)
 
 
 def _recovered_elsewhere(db_url: str, tmp_path: Path) -> str:

@@ -12,7 +12,7 @@ SUMMARY_KEYS = {
     "id", "name", "key", "kind", "version", "fingerprint", "status", "current_step",
     "current_step_status", "attempt",
     "created_at", "updated_at", "age_seconds", "owner", "epoch", "lease_expires_at",
-    "lease_expired", "stuck", "cancel_requested",
+    "lease_expired", "stuck", "cancel_requested", "error", "forward_error",
 }  # fmt: skip
 STEP_KEYS = {
     "seq", "name", "kind", "status", "attempt", "compensation_attempt", "transactional",
@@ -95,8 +95,6 @@ def test_show_json_has_the_documented_shape(world: World) -> None:
     detail = json_of(world, "show", world.stuck)
     extra = {
         "input",
-        "error",
-        "forward_error",
         "pivot_step",
         "past_pivot",
         "in_doubt_steps",

@@ -101,6 +101,16 @@ def locked(result: Any, *args: Any) -> None:
     raise RuntimeError("ledger locked")
 
 
+class LedgerRefusedError(Exception):
+    """A participant's own error class, raised by the compensation ``refused``."""
+
+
+def refused(result: Any, *args: Any) -> None:
+    """A compensation that always fails with the participant's own error class."""
+    CALLS.append(("refused", result, *args))
+    raise LedgerRefusedError("ledger refused the reversal")
+
+
 def quick_coordinator() -> Coordinator:
     """``--app tests.integration.steps:quick_coordinator``: the admin command on
     ``$REPORT_DB`` with context-manager compensations given two quick attempts, so a

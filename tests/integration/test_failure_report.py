@@ -1,17 +1,20 @@
 """What ``SagaFailed`` says: the failing step and its error, and a compensation that failed.
 
 Every test runs on SQLite and PostgreSQL, through ``Coordinator`` and through
-``AsyncCoordinator`` (``any_coord``).
+``AsyncCoordinator`` (``any_coord``, or ``async with`` itself where the facade's
+thread would change what is tested: the chain of what a block raises).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from saga import (
+    AsyncCoordinator,
     Coordinator,
     RecordedError,
     Saga,
@@ -109,6 +112,59 @@ def test_a_failed_compensation_is_named_after_parallel_context_manager_steps(
     _assert_names_the_compensation(failure, "debit")
     assert failure.failed_step == "boom"
     assert isinstance(failure.__cause__, RuntimeError)
+
+
+# -- the chain: the participant's own error, found by walking it ---------------------------
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and every exception chained to it (causes and contexts), each once."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [error]
+    while todo:
+        found = todo.pop()
+        if found is not None and not any(found is s for s in seen):
+            seen.append(found)
+            todo += [found.__cause__, found.__context__]
+    return seen
+
+
+def _assert_chains_the_refusal(failure: SagaFailed, cause: type[BaseException]) -> None:
+    assert failure.status is SagaStatus.FAILED
+    assert isinstance(failure.__cause__, cause)  # still the error that made it unwind
+    refusals = [e for e in _chain(failure) if isinstance(e, steps.LedgerRefusedError)]
+    assert refusals == [failure.compensation_error]
+    assert str(refusals[0]) == "ledger refused the reversal"
+
+
+def _refused_block(coord: Coordinator, how: str) -> None:
+    with coord.saga(f"chain-{how}") as s:
+        s.step(steps.debit, "alice", 10, compensate=steps.refused)
+        if how == "step":
+            s.step(steps.boom, "kaput")
+        raise KeyError("the block itself failed")
+
+
+@pytest.mark.parametrize(("how", "cause"), [("block", KeyError), ("step", RuntimeError)])
+def test_a_context_manager_failure_chains_the_compensations_own_error(
+    coord: Coordinator, how: str, cause: type[BaseException]
+) -> None:
+    with pytest.raises(SagaFailed) as raised:
+        _refused_block(coord, how)
+    _assert_chains_the_refusal(raised.value, cause)
+
+
+def test_an_async_context_manager_failure_chains_the_compensations_own_error(
+    db_url: str, coord_options: dict[str, Any]
+) -> None:
+    async def refused_block() -> None:
+        async with AsyncCoordinator(db_url, **coord_options) as coord, coord.saga("chain") as s:
+            await s.step(steps.debit, "alice", 10, compensate=steps.refused)
+            raise KeyError("the block itself failed")
+
+    with pytest.raises(SagaFailed) as raised:
+        asyncio.run(refused_block())
+    _assert_chains_the_refusal(raised.value, KeyError)
 
 
 # -- the same key again: the recorded failure, rebuilt ------------------------------------

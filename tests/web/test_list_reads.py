@@ -1,6 +1,7 @@
 """The list pages read only the columns they show: a saga whose step returned
 megabytes is listed (web console and ``admin.list_sagas``) without its result, its
-input or its arguments leaving the database, on SQLite and PostgreSQL."""
+input or its arguments leaving the database, and a saga's headline error comes with
+the page's own queries, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from sqlalchemy import event
 
 import saga.web
-from saga import Coordinator, RetryPolicy, Saga, StepContext, admin
+from saga import Coordinator, RetryPolicy, Saga, SagaFailed, StepContext, admin
+from tests.cli import headline_steps as trip
 from tests.conftest import store_url
 from tests.web.test_security import fetch
 
@@ -85,3 +87,23 @@ def test_admin_list_sagas_carries_no_payloads(coord: Coordinator) -> None:
         shown = admin.show_saga(coord, saga_id)
     assert payload_columns(sent) != []  # the saga page reads everything, as it shows it
     assert len(shown.saga.steps[0].result) == BIG
+
+
+def test_admin_list_sagas_reads_each_sagas_headline_error_in_the_page_queries(
+    coord: Coordinator,
+) -> None:
+    for key in ("refused-1", "refused-2"):  # the compensation fails for good: "failed"
+        with pytest.raises(SagaFailed):
+            coord.run(trip.TRIP, data={"refused": True}, key=key)
+    with statements(coord) as sent:
+        page = admin.list_sagas(coord, name=trip.TRIP.name)
+    assert [view.error for view in page.sagas] == [
+        "FlightCancellationError: airline refused to cancel FL-101: ticket already issued"
+    ] * 2
+    assert {view.forward_error for view in page.sagas} == {
+        "BookingRejected: charge_card rejected: card ending 4242 declined"
+    }
+    # One read of the steps for the whole page, none of the events: nothing per saga.
+    assert sum("saga_steps" in statement for statement in sent) == 1
+    assert not any("saga_events" in statement for statement in sent)
+    assert payload_columns(sent) == []
