@@ -7,13 +7,8 @@ what to write, what to refuse, or which way to go. ``Coordinator`` and
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import getpass
-import socket
-import types
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 
 from saga import engine
@@ -210,36 +205,7 @@ def claimed(why: str) -> Event:
     return Event("lease_claimed", detail={"why": why})
 
 
-_NO_SOURCE: Mapping[str, str] = types.MappingProxyType({})
-_SOURCE: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "saga_operator_source", default=_NO_SOURCE
-)
-
-
-@contextlib.contextmanager
-def operator_source(**detail: str) -> Iterator[None]:
-    """Record ``detail`` in every operator event written inside the block.
-
-    The web console acts for someone other than the user running its process:
-    ``operator_source(source="web", by="ann", reason="...")`` makes the events
-    say so. Keys given here win over the defaults (``by``, ``host``).
-    """
-    token = _SOURCE.set({**_SOURCE.get(), **detail})
-    try:
-        yield
-    finally:
-        _SOURCE.reset(token)
-
-
-def operator_detail() -> dict[str, str]:
-    """Who did it, for operator events: the user and host, and where the action came
-    from when an ``operator_source`` block says (the CLI records no source)."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return {"by": user, "host": socket.gethostname(), **_SOURCE.get()}
-
-
-def by_operator(action: str) -> Event:
-    return Event("operator_action", detail={"action": action, **operator_detail()})
+def by_operator(action: str, who: Mapping[str, str]) -> Event:
+    """The event of an operator's ``action``; ``who`` did it (a driver's answer to
+    ``WhoAsks``: the engine reads no OS user or host itself)."""
+    return Event("operator_action", detail={"action": action, **who})

@@ -14,7 +14,7 @@ from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, s
 from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.errors import ConfigurationError, OperationRefusedError, UnknownSagaError
-from saga.operations import operator_detail
+from saga.operator_identity import operator_detail
 from saga.ports import ClaimGuard, Event, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus, StepStatus, check_step_move
 from saga.views import SagaView

@@ -23,6 +23,7 @@ from saga.drivers.threads import StepScope, ThreadDriver, no_scope
 from saga.engine import effects as fx
 from saga.engine.forward import cancelled, is_async
 from saga.errors import StepTimeoutError
+from saga.operator_identity import operator_detail
 from saga.ports import AsyncSagaStore, Commit, SagaRecord
 
 T = TypeVar("T")
@@ -50,10 +51,14 @@ class TaskDriver:
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
             fx.Tell: _tell,
             fx.Hold: _hold,
-            fx.StoreCall: lambda effect, _: asyncio.to_thread(self.threads.store_call, effect),
+            **dict.fromkeys(
+                fx.STORE_EFFECTS,
+                lambda effect, _: asyncio.to_thread(self.threads.store_effect, effect),
+            ),
             fx.Transact: lambda effect, _: asyncio.to_thread(self.threads.transact, effect),
             fx.Sleep: lambda effect, _: self.sleep(effect),
             fx.Draining: lambda _, __: _answered(threads.draining.is_set()),
+            fx.WhoAsks: lambda _, __: _answered(operator_detail()),
             fx.Launch: _launch,
             fx.Wait: lambda _, tasks: tasks.wait(),
             fx.CancelInFlight: _cancel_in_flight,

@@ -26,6 +26,7 @@ from saga.engine import effects as fx
 from saga.errors import StepTimeoutError
 from saga.lease import Heartbeat
 from saga.listening import Listeners
+from saga.operator_identity import operator_detail
 from saga.ports import Commit, SagaRecord, SagaStore
 from saga.resources import NO_RESOURCES, Resources
 
@@ -70,13 +71,14 @@ class ThreadDriver:
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
             fx.Hold: lambda effect, _: self.hold(effect.record),
-            fx.StoreCall: lambda effect, _: self.store_call(effect),
+            **dict.fromkeys(fx.STORE_EFFECTS, lambda effect, _: self.store_effect(effect)),
             fx.Transact: lambda effect, _: self.transact(effect),
             fx.Tell: lambda effect, _: self.listeners.tell(
                 effect.record, effect.events, durable=effect.durable
             ),
             fx.Sleep: lambda effect, _: self.sleep(effect),
             fx.Draining: lambda _, __: self.draining.is_set(),
+            fx.WhoAsks: lambda _, __: operator_detail(),
             fx.Launch: lambda effect, branches: branches.launch(effect.branches),
             fx.Wait: lambda _, branches: branches.wait(),
             fx.CancelInFlight: lambda _, __: None,  # a thread cannot be stopped: waited for
@@ -134,10 +136,25 @@ class ThreadDriver:
         self.listeners.committed(effect.record, effect.change)
         return stop
 
-    def store_call(self, effect: fx.StoreCall) -> Any:
-        """``effect``'s call on the store (a claim names this owner: it is recorded first)."""
-        self.heartbeat.register()
-        return effect.call(self.store)
+    def store_effect(self, effect: fx.StoreEffect) -> Any:
+        """``effect``'s one call of the store (a claim names this owner: it is recorded
+        first, so that its death can be told)."""
+        store = self.store
+        match effect:
+            case fx.Claim(saga_id, owner, ttl, event, guard):
+                self.heartbeat.register()
+                return store.claim(saga_id, owner, ttl, event, guard)
+            case fx.ClaimStuck(owner, ttl, limit, runnable):
+                self.heartbeat.register()
+                return store.claim_expired(owner, ttl, limit, runnable)
+            case fx.Release(change):
+                return store.commit(change)
+            case fx.NoteFenced(saga_id, epoch, event):
+                return store.record_fenced_event(saga_id, epoch, event)
+            case fx.ReadHistory(saga_id):
+                return store.events(saga_id)
+            case fx.RequestCancel(saga_id, event, guard):
+                return store.request_cancel(saga_id, event, guard)
 
     def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (or find the one its key names); the

@@ -16,8 +16,17 @@ effect             the driver's answer
                    stored, whether this call created it)
 ``Hold``           keeps the saga's lease alive from now on; answers a
                    handle whose ``__exit__`` stops that
-``StoreCall``      any other store call (an operator's claim, a cancel
-                   request); answers what it returns
+``Claim``          takes the saga (epoch + 1, its guard checked inside the
+                   claim); answers the saga as claimed
+``ClaimStuck``     takes up to ``limit`` sagas whose lease ran out (only
+                   those ``runnable`` admits); answers their ids
+``Release``        commits a hand-back of a claimed saga, untouched;
+                   answers the store's "must this saga stop?"
+``NoteFenced``     records an event at the claim's epoch; answers whether
+                   it was recorded (not once another process claimed it)
+``ReadHistory``    the saga's events, oldest first
+``RequestCancel``  asks the saga's owner to stop (its guard checked inside
+                   the write); answers None
 ``Call``           runs an action or compensation as the current step (with
                    a timeout, when it has one); answers its result
 ``Transact``       runs an action inside a store transaction that also
@@ -28,6 +37,8 @@ effect             the driver's answer
                    answers None
 ``Sleep``          waits that many seconds (a retry's backoff); an
                    ``interruptible`` one ends early once the process drains
+``WhoAsks``        who is acting, for an operator's event (the OS user and
+                   host, and what an ``operator_source`` block adds)
 ``Draining``       whether this process is stopping (``Coordinator.drain()``):
                    a flow then hands its saga back at the next boundary
 ``Fault``          a named crash point (``saga.faults``); answers None
@@ -50,7 +61,7 @@ from saga.context import StepContext
 from saga.engine import records
 from saga.engine.decisions import Cursor
 from saga.errors import SagaHandedBack
-from saga.ports import Commit, Event, SagaRecord, SagaStore, StepRecord, StepWrite
+from saga.ports import ClaimGuard, Commit, Event, Runnable, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus
 
 T = TypeVar("T")
@@ -90,11 +101,59 @@ class Hold:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StoreCall:
-    """An operator's store call (a claim, a cancel request, a fenced event...), made
-    by the driver with its sync store: ``call(store)``."""
+class Claim:
+    """Take ``saga_id`` for ``owner`` (an operator's verb, a rerun, a recovery)."""
 
-    call: Callable[[SagaStore], Any]
+    saga_id: str
+    owner: str
+    lease_ttl: float
+    event: Event
+    guard: ClaimGuard | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimStuck:
+    """Take up to ``limit`` sagas whose lease ran out, oldest lease first."""
+
+    owner: str
+    lease_ttl: float
+    limit: int
+    runnable: Runnable | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Release:
+    """Hand a claimed saga back untouched (``change`` releases its lease)."""
+
+    change: Commit
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NoteFenced:
+    """Record ``event`` for ``saga_id`` only while its epoch is still ``epoch``."""
+
+    saga_id: str
+    epoch: int
+    event: Event
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ReadHistory:
+    saga_id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestCancel:
+    """Ask the owner of ``saga_id`` to stop and unwind (``guard`` checked in the write)."""
+
+    saga_id: str
+    event: Event
+    guard: ClaimGuard | None = None
+
+
+StoreEffect = Claim | ClaimStuck | Release | NoteFenced | ReadHistory | RequestCancel
+"""The effects a driver answers with one call of its sync store."""
+STORE_EFFECTS = (Claim, ClaimStuck, Release, NoteFenced, ReadHistory, RequestCancel)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -124,6 +183,12 @@ class Sleep:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Draining:
     """Asks whether the process is stopping; answers a bool."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WhoAsks:
+    """Asks who is acting, for an operator's event; answers a mapping (``by``, ``host``,
+    and what an ``operator_source`` block adds)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -190,12 +255,18 @@ Effect = (
     | Load
     | Create
     | Hold
-    | StoreCall
+    | Claim
+    | ClaimStuck
+    | Release
+    | NoteFenced
+    | ReadHistory
+    | RequestCancel
     | Call
     | Transact
     | Tell
     | Sleep
     | Draining
+    | WhoAsks
     | Fault
     | Launch
     | Wait
@@ -207,6 +278,7 @@ Flow = Generator[Effect, Any, T]
 
 WAIT = Wait()
 DRAINING = Draining()
+WHO_ASKS = WhoAsks()
 
 
 def write(

@@ -31,8 +31,8 @@ from saga.engine.effects import (
     Fault,
     Flow,
     Load,
+    ReadHistory,
     Sleep,
-    StoreCall,
     hand_back,
     write,
 )
@@ -190,7 +190,7 @@ def _budget_used(record: SagaRecord, step: StepRecord, policy: RetryPolicy) -> F
     that budget ends (``max_attempts`` of its failed attempt)."""
     if step.undo_attempt == 0 or policy.max_attempts is None:
         return step.undo_attempt
-    history = yield StoreCall(lambda store: store.events(record.id))
+    history = yield ReadHistory(record.id)
     for event in reversed(history):
         if event.step == step.name and event.kind == "compensation_attempt_failed":
             end = (event.detail or {}).get("max_attempts")

@@ -4,7 +4,9 @@ One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
 saga, decides (``saga.operations``), claims it with the decision's condition
 checked inside the claim (a ``ClaimGuard``), and carries it forward or unwinds
 it while its lease is kept alive. The store calls an operator makes go out as
-``StoreCall`` effects; the drivers make them (the asyncio one in a thread).
+plain-data effects (``Claim``, ``ClaimStuck``, ``Release``, ``NoteFenced``,
+``ReadHistory``, ``RequestCancel``); the drivers make them (the asyncio one in a
+thread).
 """
 
 from __future__ import annotations
@@ -16,7 +18,21 @@ from saga import operations
 from saga.definition import Saga
 from saga.engine import records
 from saga.engine.decisions import RunStep, failed_step, recovery_route
-from saga.engine.effects import DRAINING, Flow, Hold, Load, StoreCall, Tell, write
+from saga.engine.effects import (
+    DRAINING,
+    WHO_ASKS,
+    Claim,
+    ClaimStuck,
+    Flow,
+    Hold,
+    Load,
+    NoteFenced,
+    ReadHistory,
+    Release,
+    RequestCancel,
+    Tell,
+    write,
+)
 from saga.engine.flows import Flows
 from saga.errors import (
     LeaseLostError,
@@ -91,10 +107,7 @@ class Verbs:
 
     def _claim(self, saga_id: str, event: Event, guard: ClaimGuard | None) -> Flow[SagaRecord]:
         """Claim the saga (``guard`` checked inside the claim); the listeners are told."""
-        owner, ttl = self.owner, self.lease_ttl
-        record: SagaRecord = yield StoreCall(
-            lambda store: store.claim(saga_id, owner, ttl, event, guard)
-        )
+        record: SagaRecord = yield Claim(saga_id, self.owner, self.lease_ttl, event, guard)
         yield Tell(record, (event,))
         return record
 
@@ -125,13 +138,12 @@ class Verbs:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
         report = RecoveryReport()
         seen: set[str] = set()
-        owner, ttl = self.owner, self.lease_ttl
         while limit is None or len(report.outcomes) < limit:
             if (yield DRAINING):  # stopping: claim nothing more
                 break
             # Every stuck saga, runnable here or not: one this process cannot run is
             # refused in the report and its history (a worker's loop uses claim_stuck).
-            claimed = yield StoreCall(lambda store: store.claim_expired(owner, ttl, 1))
+            claimed = yield ClaimStuck(self.owner, self.lease_ttl, 1)
             if not claimed:
                 break
             saga_id = claimed[0]
@@ -149,15 +161,13 @@ class Verbs:
         saga on every pass."""
         if (yield DRAINING):  # stopping: claim nothing more
             return []
-        owner, ttl, runnable = self.owner, self.lease_ttl, self.definitions.runnable()
-        claimed: list[str] = yield StoreCall(
-            lambda store: store.claim_expired(owner, ttl, limit, runnable)
-        )
+        runnable = self.definitions.runnable()
+        claimed: list[str] = yield ClaimStuck(self.owner, self.lease_ttl, limit, runnable)
         return claimed
 
     def recover_saga(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
         """Claim this one saga (only a running or compensating one) and finish it."""
-        detail = {"why": "operator recover", **operations.operator_detail()}
+        detail = {"why": "operator recover", **(yield WHO_ASKS)}
         claim = self._claim(
             saga_id, Event("lease_claimed", detail=detail), operations.recover_guard()
         )
@@ -207,7 +217,7 @@ class Verbs:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
         record = yield Load(saga_id)
         if record is not None and record.owner == self.owner:
-            yield StoreCall(lambda store: store.commit(records.release(record)))
+            yield Release(records.release(record))
 
     def refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> Flow[None]:
         """Record why a claimed saga was not finished, and release it; both fenced by the
@@ -219,7 +229,7 @@ class Verbs:
             epoch = record.epoch if record is not None else (yield from self._claim_epoch(saga_id))
             if epoch is None:
                 return
-            noted = yield StoreCall(lambda store: store.record_fenced_event(saga_id, epoch, event))
+            noted = yield NoteFenced(saga_id, epoch, event)
             if noted and record is not None:
                 yield Tell(record, (event,))
             if noted:
@@ -229,7 +239,7 @@ class Verbs:
 
     def _claim_epoch(self, saga_id: str) -> Flow[int | None]:
         """The epoch of our claim, from the history: for a row that could not be read."""
-        history = yield StoreCall(lambda store: store.events(saga_id))
+        history = yield ReadHistory(saga_id)
         for event in reversed(history):
             if event.epoch is not None and (event.detail or {}).get("owner") == self.owner:
                 return int(event.epoch)  # every event naming us as owner is under our claim
@@ -243,8 +253,9 @@ class Verbs:
         operations.refuse_compensate(record)
         saga = self.definitions._saga_for(record)
         self.flows.check_compensations(record, saga)  # refuse before changing anything
+        who = yield WHO_ASKS
         claim = self._claim(
-            saga_id, operations.by_operator(action), operations.compensate_guard(record)
+            saga_id, operations.by_operator(action, who), operations.compensate_guard(record)
         )
         record = yield from self.guarded(claim, saga_id, operations.refuse_compensate)
         fresh = record.status is SagaStatus.FAILED
@@ -258,8 +269,9 @@ class Verbs:
         operations.refuse_resume(record)
         saga = self.definitions._saga_for(record)
         assert saga is not None
+        who = yield WHO_ASKS
         claim = self._claim(
-            saga_id, operations.by_operator("resume"), operations.resume_guard(record)
+            saga_id, operations.by_operator("resume", who), operations.resume_guard(record)
         )
         record = yield from self.guarded(claim, saga_id, operations.refuse_resume)
         return (yield from self.forward(saga, record))
@@ -273,7 +285,7 @@ class Verbs:
         """
         record = yield from self.load(saga_id)
         operations.refuse_cancel(record)
-        guard, event = operations.cancel_guard(), operations.by_operator("cancel")
+        guard, event = operations.cancel_guard(), operations.by_operator("cancel", (yield WHO_ASKS))
         yield from self.guarded(
             self._request_cancel(record, event, guard), saga_id, operations.refuse_cancel
         )
@@ -296,8 +308,7 @@ class Verbs:
         return (yield from self.guarded(self._claim(saga_id, event, guard), saga_id, refuse))
 
     def _request_cancel(self, record: SagaRecord, event: Event, guard: ClaimGuard) -> Flow[None]:
-        saga_id = record.id
-        yield StoreCall(lambda store: store.request_cancel(saga_id, event, guard))
+        yield RequestCancel(record.id, event, guard)
         yield Tell(record, (event,))
 
     def guarded(

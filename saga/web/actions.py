@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from saga import admin
 from saga.coordinator import Coordinator
 from saga.errors import ConfigurationError
-from saga.operations import operator_source
+from saga.operator_identity import operator_source
 from saga.ports import EventRecord
 from saga.views import SagaView
 from saga.web.markup import attr, page, path, short, text

@@ -116,6 +116,46 @@ def test_the_engine_imports_no_threading_asyncio_store_or_driver() -> None:
             assert not banned, f"{path.name} imports {imported}"
 
 
+ENGINE_MAY_NOT_REACH = ("threading", "asyncio", "concurrent", "socket", "getpass", "select")
+ENGINE_MAY_NOT_REACH += ("subprocess", "importlib", "sqlite3", "sqlalchemy", "psycopg")
+ENGINE_MAY_NOT_REACH += ENGINE_MAY_NOT_IMPORT
+"""What does I/O (threads, an event loop, the network, the OS user, importing code, a
+database), which the engine may not reach through any module it imports either."""
+
+STILL_REACHED = {
+    ("saga.resources", "asyncio"),  # via saga.context: runs async closers at close
+    ("saga.refs", "importlib"),  # via unwind: a compensation found by its reference
+}
+"""Where the engine still reaches I/O, each to be cut: the test fails when one is
+cut (strike it here) and when one is added."""
+
+
+def _reached_from(graph: dict[str, set[str]], start: list[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(start)
+    while stack:
+        module = stack.pop()
+        if module not in seen:
+            seen.add(module)
+            stack.extend(graph[module])
+    return seen
+
+
+def test_what_the_engine_reaches_through_its_imports() -> None:
+    """Transitively: a module the engine imports may not import I/O either (the
+    direct check above missed asyncio, reached through saga.context)."""
+    graph, modules = _graph(), _modules()
+    reached = _reached_from(graph, [name for name in graph if name.startswith("saga.engine")])
+    found = {
+        (module, banned)
+        for module in reached
+        for imported in _every_import(modules[module][0])
+        for banned in ENGINE_MAY_NOT_REACH
+        if f"{imported}.".startswith(f"{banned}.")
+    }
+    assert found == STILL_REACHED
+
+
 def test_the_storage_modules_import_no_driver() -> None:
     graph = _graph()
     drivers = {"saga.drivers.threads", "saga.drivers.tasks", "saga.coordinator", "saga.aio"}
