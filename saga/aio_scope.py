@@ -7,20 +7,18 @@ and cancelled), sync ones run in a worker thread.
 
 from __future__ import annotations
 
-import asyncio
 from types import TracebackType
 from typing import Any, Protocol
 
-from saga import engine, operations
+from saga import engine
 from saga.drivers.tasks import TaskDriver
 from saga.engine.flows import Flows
-from saga.engine.scope import ScopeCore, StepCall, bound
+from saga.engine.scope import ScopeCore, ScopeFace, StepCall, bound
 from saga.engine.scope_flows import ScopeFlows
 from saga.errors import SagaFailed
 from saga.failure import raise_from_block
 from saga.policy import RetryPolicy
-from saga.ports import Event, SagaRecord
-from saga.status import SagaStatus
+from saga.ports import SagaRecord
 from saga.views import SagaView
 
 
@@ -39,7 +37,7 @@ class AsyncScopeHost(Protocol):
     async def _unwind(self, record: SagaRecord, saga: None, fresh: bool = False) -> SagaView: ...
 
 
-class AsyncSagaScope(ScopeCore):
+class AsyncSagaScope(ScopeFace):
     """The ``s`` in ``async with coord.saga(...) as s``; see :meth:`step`."""
 
     def __init__(
@@ -49,31 +47,16 @@ class AsyncSagaScope(ScopeCore):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        super().__init__(coordinator.owner, coordinator.flows.payload_limit, name, key, deadline)
+        flows = coordinator.flows
+        self._core = ScopeCore(coordinator.owner, flows.payload_limit, name, key, deadline)
         self.coordinator = coordinator
         self.driver = coordinator.driver
-        self.store = coordinator.driver.threads.store
-        self._flows = ScopeFlows(self, coordinator.flows.resolver)
+        self._flows = ScopeFlows(self._core, flows.resolver, coordinator.lease_ttl)
 
     async def __aenter__(self) -> AsyncSagaScope:
-        if self.key is None:
-            return self
-        existing = await asyncio.to_thread(self.store.find, self.name, self.key)
-        if self._continues(existing):
-            assert existing is not None
-            claim = Event("lease_claimed", detail={"why": "re-entered"})
-            self._record = await asyncio.to_thread(
-                self.store.claim,
-                existing.id,
-                self.owner,
-                self.coordinator.lease_ttl,
-                claim,
-                operations.continue_guard(),  # not one that failed since it was read
-            )
-            self.driver.listeners.tell(self._record, [claim])
-            if self._record.status is SagaStatus.COMPENSATING:  # a crash interrupted unwinding
-                raise await self._finish_unwinding(self._record)
-            self._holding = self.driver.threads.hold(self._record)
+        unwinding = await self.driver.run(self._flows.enter())
+        if unwinding is not None:  # a crash interrupted its unwinding: finish that first
+            raise await self._finish_unwinding(unwinding)
         return self
 
     async def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
@@ -98,11 +81,12 @@ class AsyncSagaScope(ScopeCore):
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited if async) as the next step;
         ``compensate(result, *args, **kwargs)`` undoes it."""
-        planned = self._plan(
+        core = self._core
+        planned = core.plan(
             fn, args, kwargs, compensate, transactional, retry, step_name, result_type
         )
         if planned is None:
-            return self._result
+            return core.result
         action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out
         return await self.driver.run(self._flows.step(planned, action, timeout), shielded=True)
 
@@ -121,9 +105,9 @@ class AsyncSagaScope(ScopeCore):
         traceback: TracebackType | None,
     ) -> None:
         try:
-            if error is None and self._failed_step is None:
+            if error is None and self._core.failed_step is None:
                 await self.driver.run(self._flows.complete())
-            elif self._unwinds(error):
+            elif self._core.unwinds(error):
                 raise_from_block(await self.driver.run(self._flows.unwind(error)), error)
         finally:
-            self._release()
+            self._core.release()

@@ -1,8 +1,8 @@
 """``with coord.saga(name, key=...) as s: s.step(fn, ...)``: the thread driver's scope.
 
-A shell: ``ScopeCore`` (:mod:`saga.engine.scope`) plans each call and
-:class:`~saga.engine.scope_flows.ScopeFlows` says what it does; this class runs
-those flows with the coordinator's thread driver.
+A shell: ``ScopeCore`` (:mod:`saga.engine.scope`, its ``_core``) plans each call
+and :class:`~saga.engine.scope_flows.ScopeFlows` says what it does, entering with a
+key included; this class runs those flows with the coordinator's thread driver.
 """
 
 from __future__ import annotations
@@ -10,16 +10,15 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from saga import engine, operations
+from saga import engine
 from saga.drivers.threads import ThreadDriver
 from saga.engine.flows import Flows
-from saga.engine.scope import ScopeCore, StepCall
+from saga.engine.scope import ScopeCore, ScopeFace, StepCall
 from saga.engine.scope_flows import ScopeFlows
 from saga.errors import SagaFailed
 from saga.failure import raise_from_block
 from saga.policy import RetryPolicy
-from saga.ports import Event, SagaRecord, SagaStore
-from saga.status import SagaStatus
+from saga.ports import SagaRecord, SagaStore
 from saga.views import SagaView
 
 
@@ -35,7 +34,7 @@ class ScopeHost(Protocol):
     def _unwind(self, record: SagaRecord, saga: None, fresh: bool = False) -> SagaView: ...
 
 
-class SagaScope(ScopeCore):
+class SagaScope(ScopeFace):
     """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
 
     def __init__(
@@ -45,27 +44,16 @@ class SagaScope(ScopeCore):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        super().__init__(coordinator.owner, coordinator.flows.payload_limit, name, key, deadline)
+        flows = coordinator.flows
+        self._core = ScopeCore(coordinator.owner, flows.payload_limit, name, key, deadline)
         self.coordinator = coordinator
         self.driver = coordinator.driver
-        self._flows = ScopeFlows(self, coordinator.flows.resolver)
+        self._flows = ScopeFlows(self._core, flows.resolver, coordinator.lease_ttl)
 
     def __enter__(self) -> SagaScope:
-        if self.key is None:
-            return self
-        existing = self.coordinator.store.find(self.name, self.key)
-        if self._continues(existing):
-            assert existing is not None
-            claim = Event("lease_claimed", detail={"why": "re-entered"})
-            store, coordinator = self.coordinator.store, self.coordinator
-            guard = operations.continue_guard()  # not one that failed since it was read
-            self._record = store.claim(
-                existing.id, coordinator.owner, coordinator.lease_ttl, claim, guard
-            )
-            self.driver.listeners.tell(self._record, [claim])
-            if self._record.status is SagaStatus.COMPENSATING:
-                raise self._finish_unwinding(self._record)
-            self._holding = self.driver.hold(self._record)
+        unwinding = self.driver.run(self._flows.enter())
+        if unwinding is not None:  # a crash interrupted its unwinding: finish that first
+            raise self._finish_unwinding(unwinding)
         return self
 
     def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
@@ -92,11 +80,12 @@ class SagaScope(ScopeCore):
         undoes it. Both must be module-level functions and the arguments JSON values.
         A replayed step returns its recorded result as ``result_type`` (default: ``fn``'s
         return annotation, when it names a dataclass or a model; see ``saga.typed``)."""
-        planned = self._plan(
+        core = self._core
+        planned = core.plan(
             fn, args, kwargs, compensate, transactional, retry, step_name, result_type
         )
         if planned is None:
-            return self._result
+            return core.result
         action = lambda _context: fn(*args, **kwargs)  # noqa: E731 - sync, even for async fn
         return self.driver.run(self._flows.step(planned, action, timeout))
 
@@ -116,9 +105,9 @@ class SagaScope(ScopeCore):
         traceback: TracebackType | None,
     ) -> None:
         try:
-            if error is None and self._failed_step is None:
+            if error is None and self._core.failed_step is None:
                 self.driver.run(self._flows.complete())
-            elif self._unwinds(error):
+            elif self._core.unwinds(error):
                 raise_from_block(self.driver.run(self._flows.unwind(error)), error)
         finally:
-            self._release()
+            self._core.release()

@@ -141,6 +141,8 @@ class ThreadDriver:
         first, so that its death can be told)."""
         store = self.store
         match effect:
+            case fx.Find(name, key):
+                return store.find(name, key)
             case fx.Claim(saga_id, owner, ttl, event, guard):
                 self.heartbeat.register()
                 return store.claim(saga_id, owner, ttl, event, guard)

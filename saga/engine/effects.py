@@ -16,6 +16,7 @@ effect             the driver's answer
                    stored, whether this call created it)
 ``Hold``           keeps the saga's lease alive from now on; answers a
                    handle whose ``__exit__`` stops that
+``Find``           the saga a name and key started, or None
 ``Claim``          takes the saga (epoch + 1, its guard checked inside the
                    claim); answers the saga as claimed
 ``ClaimStuck``     takes up to ``limit`` sagas whose lease ran out (only
@@ -101,6 +102,14 @@ class Hold:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Find:
+    """The saga ``name`` started under ``key``, or None."""
+
+    name: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
     """Take ``saga_id`` for ``owner`` (an operator's verb, a rerun, a recovery)."""
 
@@ -151,9 +160,9 @@ class RequestCancel:
     guard: ClaimGuard | None = None
 
 
-StoreEffect = Claim | ClaimStuck | Release | NoteFenced | ReadHistory | RequestCancel
+StoreEffect = Find | Claim | ClaimStuck | Release | NoteFenced | ReadHistory | RequestCancel
 """The effects a driver answers with one call of its sync store."""
-STORE_EFFECTS = (Claim, ClaimStuck, Release, NoteFenced, ReadHistory, RequestCancel)
+STORE_EFFECTS = (Find, Claim, ClaimStuck, Release, NoteFenced, ReadHistory, RequestCancel)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -255,6 +264,7 @@ Effect = (
     | Load
     | Create
     | Hold
+    | Find
     | Claim
     | ClaimStuck
     | Release

@@ -63,7 +63,7 @@ class Group:
                 raise ConfigurationError(
                     f"s.parallel() takes s.call(fn, ...) values, not {type(call).__name__}"
                 )
-            planned = scope._plan(
+            planned = scope.plan(
                 call.fn,
                 call.args,
                 call.kwargs,
@@ -74,7 +74,7 @@ class Group:
                 call.result_type,
             )
             if planned is None:  # succeeded in an earlier run of the block
-                self.results[index] = scope._result
+                self.results[index] = scope.result
             else:
                 self.members.append(Member(index, planned, call))
 
@@ -84,7 +84,7 @@ class Group:
     def gave_up(self) -> tuple[str, str] | None:
         """A member that used all its attempts across crashes, and why."""
         for member in self.members:
-            reason = self.scope._gave_up(member.planned)
+            reason = self.scope.gave_up(member.planned)
             if reason is not None:
                 return member.name, reason
         return None
@@ -94,9 +94,9 @@ class Group:
 
     def completed(self, member: Member, done: Finished) -> Change | None:
         """What to commit now that ``member`` ended (``None``: it already is committed)."""
-        record = self.scope._record
+        record = self.scope.record
         assert record is not None
-        record = self.scope._record = records.with_step(record, done.step)
+        record = self.scope.record = records.with_step(record, done.step)
         name = member.name
         self.order.append(name)
         if done.error is None:
@@ -119,5 +119,5 @@ class Group:
     def first_error(self) -> BaseException:
         assert self.failure is not None
         name, error = self.failure
-        self.scope._failed_step = name
+        self.scope.failed_step = name
         return error if isinstance(error, BaseException) else RuntimeError(error)

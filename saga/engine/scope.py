@@ -108,25 +108,25 @@ class ScopeCore:
         self.name = name
         self.key = key
         self.id = str(uuid.uuid4())
-        self._record: SagaRecord | None = None
-        self._calls = 0
-        self._names: Counter[str] = Counter()
-        self._taken: set[str] = set()
-        self._failed_step: str | None = None
-        self._failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
-        self._holding: Any = None
-        self._result: Any = None
+        self.record: SagaRecord | None = None
+        self.calls = 0
+        self.names: Counter[str] = Counter()
+        self.taken: set[str] = set()
+        self.failed_step: str | None = None
+        self.failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
+        self.holding: Any = None
+        self.result: Any = None
 
     @property
     def status(self) -> SagaStatus | None:
-        return None if self._record is None else self._record.status
+        return None if self.record is None else self.record.status
 
     @property
     def results(self) -> dict[str, Any]:
         """Results of the steps done so far, by step name."""
-        return {} if self._record is None else dict(StepResults(self._record))
+        return {} if self.record is None else dict(StepResults(self.record))
 
-    def _continues(self, existing: SagaRecord | None) -> bool:
+    def continues(self, existing: SagaRecord | None) -> bool:
         """Take over what an earlier run with this key recorded; True if it must be claimed
         (to continue it, or, if a crash interrupted its unwinding, to finish that)."""
         if existing is None:
@@ -137,13 +137,13 @@ class ScopeCore:
                 existing.id, f"saga {self.name!r} key {self.key!r} is a declarative saga"
             )
         if existing.status is SagaStatus.COMPLETED:
-            self._record = existing
+            self.record = existing
             return False
         if existing.status not in (SagaStatus.RUNNING, SagaStatus.COMPENSATING):
             raise recorded_failure(existing)  # as the first run raised it, rebuilt
         return True  # running: continue it; compensating (a crash mid-unwind): finish that
 
-    def _plan(
+    def plan(
         self,
         fn: Any,
         args: tuple[Any, ...],
@@ -154,27 +154,27 @@ class ScopeCore:
         step_name: str | None,
         result_type: Any = None,
     ) -> PlannedStep | None:
-        """Check and record the call; None when the step already succeeded (see ``_result``)."""
+        """Check and record the call; None when the step already succeeded (see ``result``)."""
         action_ref = reference_of(fn, "step function")
         undo_ref = None if compensate is None else reference_of(compensate, "compensation")
-        name = self._next_name(step_name or fn.__name__)
+        name = self.next_name(step_name or fn.__name__)
         check_name(name, "step name")
         arguments = encode(
             {"args": list(args), "kwargs": kwargs},
             f"arguments of step {name!r}",
             self.payload_limit,
         )
-        self._calls += 1
-        recorded = self._replayed(self._calls, name, arguments.digest, action_ref)
+        self.calls += 1
+        recorded = self.replayed(self.calls, name, arguments.digest, action_ref)
         if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
-            self._result = revive(
+            self.result = revive(
                 decode(recorded.result), result_type_of(fn, result_type), f"result of step {name!r}"
             )
             return None
-        self._refuse_unless_running()
+        self.refuse_unless_running()
         template = StepRecord(
             name=name,
-            seq=self._calls,
+            seq=self.calls,
             status=StepStatus.PENDING,
             attempt=0,
             kind=StepKind.COMPENSATABLE,
@@ -187,14 +187,14 @@ class ScopeCore:
         attempt = 1 if recorded is None else recorded.attempt + 1
         return PlannedStep(template, attempt, retry or DEFAULT_STEP_RETRY)
 
-    def _gave_up(self, planned: PlannedStep) -> str | None:
+    def gave_up(self, planned: PlannedStep) -> str | None:
         """Why the step may not run again: attempts count across crashes."""
-        if self._record is None or planned.policy.allows(planned.attempt):
+        if self.record is None or planned.policy.allows(planned.attempt):
             return None
-        self._failed_step = planned.template.name
+        self.failed_step = planned.template.name
         return f"gave up after {planned.attempt - 1} attempts that never returned"
 
-    def _new_record(self) -> SagaRecord:
+    def new_record(self) -> SagaRecord:
         return SagaRecord(
             id=self.id,
             name=self.name,
@@ -208,14 +208,123 @@ class ScopeCore:
             deadline=self.deadline,
         )
 
-    def _start_writes(self, *group: PlannedStep) -> tuple[list[StepWrite], list[Event]]:
+    def start_writes(self, *group: PlannedStep) -> tuple[list[StepWrite], list[Event]]:
         starts: list[StepWrite] = []
         events: list[Event] = []
         for planned in group:
-            start = records.start(self._record, planned.template, planned.attempt)
+            start = records.start(self.record, planned.template, planned.attempt)
             starts.append(start)
             events.extend(records.started_event(start))
         return starts, events
+
+    def unwinds(self, error: BaseException | None) -> bool:
+        """Whether leaving the block must unwind the saga."""
+        if self.record is None:  # nothing recorded, no saga: the error propagates as it is
+            return False
+        if error is None:
+            return self.failed_step is not None
+        if not isinstance(error, Exception):  # KeyboardInterrupt & co: leave it to recovery
+            return False
+        return not isinstance(error, (*INFRASTRUCTURE_ERRORS, SagaFailed))
+
+    def settled(self) -> SagaFailed | None:
+        """The failure to raise without touching the store, when nothing is left to unwind."""
+        record = self.record
+        if record is None:  # nothing was recorded, so nothing to undo
+            return SagaFailed(self.id, SagaStatus.COMPENSATED, self.failed_step)
+        if self.failure is not None:  # s.parallel unwound the saga already: what that said
+            return self.failure
+        if record.status is not SagaStatus.RUNNING:
+            return SagaFailed(record.id, record.status, self.failed_step)
+        return None
+
+    def release(self) -> None:
+        """Stop keeping the lease alive (see the ``Hold`` effect)."""
+        if self.holding is not None:
+            self.holding.__exit__(None, None, None)
+            self.holding = None
+
+    def next_name(self, base: str) -> str:
+        # Names stay distinct within a saga (no index enforces it since schema 0003): a
+        # repeated name is numbered, skipping any number an explicit name already took.
+        self.names[base] += 1
+        name = base if self.names[base] == 1 else f"{base}#{self.names[base]}"
+        while name in self.taken:
+            self.names[base] += 1
+            name = f"{base}#{self.names[base]}"
+        self.taken.add(name)
+        return name
+
+    def replayed(
+        self, seq: int, name: str, input_digest: str, action_ref: str
+    ) -> StepRecord | None:
+        """The recorded step this call continues, checked to be the same call."""
+        if self.record is None:
+            return None
+        recorded = next((s for s in self.record.steps if s.seq == seq), None)
+        same = recorded is not None and (
+            (recorded.name, recorded.input_digest, recorded.action_ref)
+            == (name, input_digest, action_ref)
+        )
+        if self.record.status is SagaStatus.COMPLETED and not same:
+            # The key stands for the calls it completed with: refused as a declarative
+            # rerun with other input is (nothing ran, nothing is left to unwind).
+            raise _CompletedInputMismatch(
+                self.id,
+                f"saga {self.name!r} key {self.key!r} completed with other calls or arguments "
+                f"(call {seq}, {name!r}, differs); use a new key for new input",
+            )
+        if recorded is None or same:
+            return recorded
+        raise DefinitionError(
+            f"saga {self.id}: call {seq} is {name!r} ({action_ref}) with these arguments, "
+            f"but the saga recorded {recorded.name!r} ({recorded.action_ref}) with others; "
+            "the block must make the same calls in the same order when it is re-entered"
+        )
+
+    def refuse_unless_running(self) -> None:
+        if self.record is not None and self.record.status is not SagaStatus.RUNNING:
+            raise OperationRefusedError(
+                self.id, f"saga {self.id} is {self.record.status.value}; no new step can start"
+            )
+        if self.failed_step is not None:
+            raise OperationRefusedError(
+                self.id, f"saga {self.id} is unwinding since step {self.failed_step!r} failed"
+            )
+
+
+class ScopeFace:
+    """What ``s`` shows in both forms (``SagaScope``, ``AsyncSagaScope``): the saga's id,
+    name, key, deadline, status and results, and :meth:`call` for ``s.parallel``. The
+    state behind it is ``_core``, which only the scope and its flows touch."""
+
+    _core: ScopeCore
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def key(self) -> str | None:
+        return self._core.key
+
+    @property
+    def deadline(self) -> float | None:
+        return self._core.deadline
+
+    @property
+    def status(self) -> SagaStatus | None:
+        """The saga's status as last recorded (None until its first step starts)."""
+        return self._core.status
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """Results of the steps done so far, by step name."""
+        return self._core.results
 
     def call(
         self,
@@ -233,78 +342,3 @@ class ScopeCore:
         return StepCall(
             fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
         )
-
-    def _unwinds(self, error: BaseException | None) -> bool:
-        """Whether leaving the block must unwind the saga."""
-        if self._record is None:  # nothing recorded, no saga: the error propagates as it is
-            return False
-        if error is None:
-            return self._failed_step is not None
-        if not isinstance(error, Exception):  # KeyboardInterrupt & co: leave it to recovery
-            return False
-        return not isinstance(error, (*INFRASTRUCTURE_ERRORS, SagaFailed))
-
-    def _settled(self) -> SagaFailed | None:
-        """The failure to raise without touching the store, when nothing is left to unwind."""
-        record = self._record
-        if record is None:  # nothing was recorded, so nothing to undo
-            return SagaFailed(self.id, SagaStatus.COMPENSATED, self._failed_step)
-        if self._failure is not None:  # s.parallel unwound the saga already: what that said
-            return self._failure
-        if record.status is not SagaStatus.RUNNING:
-            return SagaFailed(record.id, record.status, self._failed_step)
-        return None
-
-    def _release(self) -> None:
-        """Stop keeping the lease alive (see the ``Hold`` effect)."""
-        if self._holding is not None:
-            self._holding.__exit__(None, None, None)
-            self._holding = None
-
-    def _next_name(self, base: str) -> str:
-        # Names stay distinct within a saga (no index enforces it since schema 0003): a
-        # repeated name is numbered, skipping any number an explicit name already took.
-        self._names[base] += 1
-        name = base if self._names[base] == 1 else f"{base}#{self._names[base]}"
-        while name in self._taken:
-            self._names[base] += 1
-            name = f"{base}#{self._names[base]}"
-        self._taken.add(name)
-        return name
-
-    def _replayed(
-        self, seq: int, name: str, input_digest: str, action_ref: str
-    ) -> StepRecord | None:
-        """The recorded step this call continues, checked to be the same call."""
-        if self._record is None:
-            return None
-        recorded = next((s for s in self._record.steps if s.seq == seq), None)
-        same = recorded is not None and (
-            (recorded.name, recorded.input_digest, recorded.action_ref)
-            == (name, input_digest, action_ref)
-        )
-        if self._record.status is SagaStatus.COMPLETED and not same:
-            # The key stands for the calls it completed with: refused as a declarative
-            # rerun with other input is (nothing ran, nothing is left to unwind).
-            raise _CompletedInputMismatch(
-                self.id,
-                f"saga {self.name!r} key {self.key!r} completed with other calls or arguments "
-                f"(call {seq}, {name!r}, differs); use a new key for new input",
-            )
-        if recorded is None or same:
-            return recorded
-        raise DefinitionError(
-            f"saga {self.id}: call {seq} is {name!r} ({action_ref}) with these arguments, "
-            f"but the saga recorded {recorded.name!r} ({recorded.action_ref}) with others; "
-            "the block must make the same calls in the same order when it is re-entered"
-        )
-
-    def _refuse_unless_running(self) -> None:
-        if self._record is not None and self._record.status is not SagaStatus.RUNNING:
-            raise OperationRefusedError(
-                self.id, f"saga {self.id} is {self._record.status.value}; no new step can start"
-            )
-        if self._failed_step is not None:
-            raise OperationRefusedError(
-                self.id, f"saga {self.id} is unwinding since step {self._failed_step!r} failed"
-            )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from saga import operations
 from saga.engine import records, unwind
 from saga.engine.decisions import Cursor, RunStep
 from saga.engine.effects import (
@@ -16,19 +17,22 @@ from saga.engine.effects import (
     Action,
     Branch,
     CancelInFlight,
+    Claim,
     Create,
     Fault,
+    Find,
     Flow,
     Hold,
     Launch,
     Load,
+    Tell,
     write,
 )
 from saga.engine.forward import branch, is_async
 from saga.engine.group import Group, Member
 from saga.engine.scope import PlannedStep, ScopeCore, StepCall, bound
 from saga.errors import OperationRefusedError, SagaFailed
-from saga.ports import Event
+from saga.ports import Event, SagaRecord
 from saga.refs import Resolver
 from saga.status import SagaStatus
 
@@ -36,40 +40,62 @@ from saga.status import SagaStatus
 class ScopeFlows:
     """The flows of one context-manager saga (its state is ``core``)."""
 
-    def __init__(self, core: ScopeCore, resolver: Resolver) -> None:
+    def __init__(self, core: ScopeCore, resolver: Resolver, lease_ttl: float) -> None:
         self.core = core
         self.resolver = resolver
+        self.lease_ttl = lease_ttl
+
+    def enter(self) -> Flow[SagaRecord | None]:
+        """Entering the block: with a key an earlier run used, take over what it recorded,
+        claimed if it must continue. Answers the saga if a crash left it compensating
+        (the scope finishes that unwinding and raises), else None."""
+        core = self.core
+        if core.key is None:
+            return None
+        existing = yield Find(core.name, core.key)
+        if not core.continues(existing):
+            return None
+        assert existing is not None
+        event = Event("lease_claimed", detail={"why": "re-entered"})
+        guard = operations.continue_guard()  # not one that failed since it was read
+        record: SagaRecord = yield Claim(existing.id, core.owner, self.lease_ttl, event, guard)
+        core.record = record
+        yield Tell(record, (event,))
+        if record.status is SagaStatus.COMPENSATING:
+            return record
+        core.holding = yield Hold(record)
+        return None
 
     def step(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
         """``s.step(...)``: make its start durable, run its attempts, record its success."""
         core = self.core
-        reason = core._gave_up(planned)
+        reason = core.gave_up(planned)
         if reason is not None:
-            assert core._record is not None
+            assert core.record is not None
             name = planned.template.name
-            raise (yield from unwind.fail(self.resolver, core._record, name, reason, None))
+            raise (yield from unwind.fail(self.resolver, core.record, name, reason, None))
         yield from self._begin(planned)
         return (yield from self._run(planned, action, timeout))
 
     def _begin(self, *group: PlannedStep) -> Flow[None]:
         """Make the start of the step(s) durable (creating the saga with the first ones)."""
         core = self.core
-        starts, events = core._start_writes(*group)
+        starts, events = core.start_writes(*group)
         first = group[0].template.name
         yield Fault("before_start_commit", first)
-        if core._record is None:
+        if core.record is None:
             yield from self._create(starts, events)
         else:
-            core._record = yield from write(core._record, starts, events)
+            core.record = yield from write(core.record, starts, events)
         yield Fault("after_start_commit", first)
-        assert core._record is not None
-        if core._record.stop:
+        assert core.record is not None
+        if core.record.stop:
             names = [p.template.name for p in group]
-            raise (yield from unwind.cancelled(self.resolver, core._record, None, names))
+            raise (yield from unwind.cancelled(self.resolver, core.record, None, names))
 
     def _create(self, starts: list[Any], events: list[Event]) -> Flow[None]:
         core = self.core
-        record = core._new_record()
+        record = core.new_record()
         change = records.commit(record, starts, [Event("saga_started"), *events])
         stored, created = yield Create(record, change)
         if not created:
@@ -77,29 +103,29 @@ class ScopeFlows:
                 stored.id,
                 f"saga {core.name!r} key {core.key!r} was started by another process meanwhile",
             )
-        core._record = records.apply(record, change)
-        core._holding = yield Hold(core._record)
+        core.record = records.apply(record, change)
+        core.holding = yield Hold(core.record)
 
     def _run(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
         core = self.core
-        assert core._record is not None
+        assert core.record is not None
         name = planned.template.name
-        cursor = Cursor(core._record)
+        cursor = Cursor(core.record)
         transactional = planned.template.transactional
         run = RunStep(name, planned.attempt)
         flow = branch(
             cursor, run, planned.policy, timeout, action, transactional, core.payload_limit
         )
         finished = yield from flow
-        core._record = cursor.record
+        core.record = cursor.record
         if finished.error is not None:  # a result that cannot be stored fails it too
-            core._failed_step = name
+            core.failed_step = name
             assert isinstance(finished.error, BaseException)
             raise finished.error
         if not transactional:  # else recorded with its own writes
             assert finished.encoded is not None
-            write_, event = records.succeeded(core._record, name, finished.encoded)
-            core._record = yield from write(core._record, [write_], [event])
+            write_, event = records.succeeded(core.record, name, finished.encoded)
+            core.record = yield from write(core.record, [write_], [event])
         yield Fault("after_success_commit", name)
         return finished.result
 
@@ -112,8 +138,8 @@ class ScopeFlows:
             return group.results
         gave_up = group.gave_up()
         if gave_up is not None:
-            assert core._record is not None
-            raise (yield from unwind.fail(self.resolver, core._record, *gave_up, None))
+            assert core.record is not None
+            raise (yield from unwind.fail(self.resolver, core.record, *gave_up, None))
         yield from self._begin(*group.planned())
         yield Launch(tuple(self._branch(member) for member in group.members))
         left = len(group.members)
@@ -129,9 +155,9 @@ class ScopeFlows:
 
     def _branch(self, member: Member) -> Branch:
         core = self.core
-        assert core._record is not None
+        assert core.record is not None
         call, planned = member.call, member.planned
-        member.cursor = Cursor(core._record)
+        member.cursor = Cursor(core.record)
         run = RunStep(member.name, planned.attempt)
         action = bound(call.fn, call.args, call.kwargs)
         flow = branch(
@@ -154,8 +180,8 @@ class ScopeFlows:
         failed_before = group.failure is not None
         change = group.completed(member, finished)
         if change is not None:
-            assert core._record is not None
-            core._record = yield from write(core._record, *change)
+            assert core.record is not None
+            core.record = yield from write(core.record, *change)
         if group.failure is None:
             yield Fault("after_success_commit", member.name)
         elif not failed_before:
@@ -164,35 +190,35 @@ class ScopeFlows:
     def _unwind_group(self, group: Group) -> Flow[None]:
         """Compensate everything that may have acted (finish times reloaded: newest first)."""
         core = self.core
-        assert core._record is not None
+        assert core.record is not None
         assert group.failure is not None
-        loaded = (yield Load(core._record.id)) or core._record
+        loaded = (yield Load(core.record.id)) or core.record
         record = records.in_completion_order(loaded, group.order)
-        core._failure = yield from unwind.unwound(self.resolver, record, None, group.failure[0])
-        core._record = (yield Load(record.id)) or record
+        core.failure = yield from unwind.unwound(self.resolver, record, None, group.failure[0])
+        core.record = (yield Load(record.id)) or record
 
     def complete(self) -> Flow[None]:
         """Leaving the block normally: the saga completed."""
         core = self.core
-        record = core._record
+        record = core.record
         if record is None or record.status is not SagaStatus.RUNNING:
             return
         done = records.moved(record, SagaStatus.COMPLETED)
         yield Fault("before_final_commit")
-        core._record = yield from write(record, [], [done], SagaStatus.COMPLETED)
+        core.record = yield from write(record, [], [done], SagaStatus.COMPLETED)
         yield Fault("after_final_commit")
 
     def unwind(self, error: BaseException | None) -> Flow[SagaFailed]:
         """Leaving the block with an error (or after a failed step): unwind; what to raise."""
         core = self.core
-        settled = core._settled()
+        settled = core.settled()
         if settled is not None:
             return settled
-        record = core._record
+        record = core.record
         assert record is not None
-        if core._failed_step is not None:
+        if core.failed_step is not None:
             failing = error or "failed"
-            return (yield from unwind.fail(self.resolver, record, core._failed_step, failing, None))
+            return (yield from unwind.fail(self.resolver, record, core.failed_step, failing, None))
         reason = records.describe(error) if error else "block failed"
         turn = records.moved(record, SagaStatus.COMPENSATING, reason=reason)
         record = yield from write(record, [], [turn], SagaStatus.COMPENSATING, reason)

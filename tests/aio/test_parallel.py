@@ -277,7 +277,9 @@ def test_cancel_during_a_fan_out_stops_new_starts_and_ends_cancelled(
         while not saga_ids:
             thread.join(0.01)
         view = operator.cancel(saga_ids[0])  # another "process": the owner's lease is live
-        assert view.status is SagaStatus.RUNNING
+        # Only requested: the owner honours it (hold returns once it sees the request),
+        # and may have turned the saga compensating before the answer was read.
+        assert view.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
         assert view.cancel_requested
     finally:
         thread.join(30)
