@@ -130,7 +130,7 @@ class AsyncCoordinator:
         deadline: timedelta | float | None = None,
     ) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
-        definition = self.sync._definition(saga)
+        definition = self.sync.definitions.definition(saga)
         payload = encode(data, "input", self.flows.payload_limit)
         record, change, started = operations.new_saga(
             definition, key, payload.text, self.owner, deadline

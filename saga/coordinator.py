@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from saga import engine, faults, operations, versions
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
-from saga.definition import Saga, defined_saga
+from saga.definition import Saga
 from saga.drivers.threads import ThreadDriver
 from saga.engine.flows import Flows
 from saga.engine.verbs import Verbs
@@ -41,7 +41,7 @@ from saga.ports import (
     SagaStore,
 )
 from saga.recovery import RecoveryOutcome, RecoveryReport
-from saga.refs import Resolver, known_references
+from saga.refs import Resolver
 from saga.resources import Resources
 from saga.scope import SagaScope
 from saga.settings import lease_ttl_setting
@@ -120,8 +120,8 @@ class Coordinator:
         self.driver = ThreadDriver(
             self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
         )
-        self.verbs = Verbs(self.flows, self.owner, lease_ttl, self)
-        self._sagas = versions.Registry()
+        self.definitions = versions.Definitions(self.resolver)
+        self.verbs = Verbs(self.flows, self.owner, lease_ttl, self.definitions)
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store.url!r})"
@@ -175,9 +175,7 @@ class Coordinator:
 
         Versions of one name are kept side by side: new runs take the newest, and each
         instance continues with the version it started with."""
-        for saga in sagas:
-            saga.validate()
-            self._sagas.add(saga)
+        self.definitions.register(*sagas)
 
     def run(
         self,
@@ -192,7 +190,7 @@ class Coordinator:
         With ``key``, a second call returns the first saga's recorded outcome
         (raising ``SagaFailed`` again if it failed) and runs nothing twice.
         """
-        definition = self._definition(saga)
+        definition = self.definitions.definition(saga)
         payload = encode(data, "input", self.flows.payload_limit)
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
             encode(key, "key", self.flows.payload_limit)
@@ -217,30 +215,10 @@ class Coordinator:
     def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
         return view_of(self.driver.run(self.verbs.rerun(saga, existing, input_text)))
 
-    def _definition(self, saga: Saga | str) -> Saga:
-        if isinstance(saga, Saga):
-            if not self._sagas.holds(saga):
-                self.register(saga)
-            return saga
-        known = self._sagas.newest(saga) or defined_saga(saga)
-        if known is None:
-            raise UnknownSagaError(
-                f"no saga definition named {saga!r}; register it (or import its module with --app)"
-            )
-        if not self._sagas.holds(known):
-            self.register(known)
-        return known
-
     def started_with(self, record: SagaRecord) -> Saga:
         """The definition ``record`` started with: its version, with its fingerprint.
         ``DefinitionError`` naming both when this process has no such definition."""
-        saga, known = versions.lookup(self._sagas, record)
-        if saga is None and not known:  # no version at all: as for a run by name
-            self._definition(record.name)
-        saga = versions.started_with(record, saga, known)
-        if not self._sagas.holds(saga):
-            self.register(saga)
-        return saga
+        return self.definitions.started_with(record)
 
     # -- context-manager sagas ------------------------------------------------------------
 
@@ -346,12 +324,6 @@ class Coordinator:
         ``retry-compensation`` or ``mark-compensated``."""
         return self.driver.run(self.verbs.recover_saga(saga_id, compensate))
 
-    def _saga_for(self, record: SagaRecord) -> Saga | None:
-        view_of(record)  # CorruptRecordError before anything acts on a row with unreadable JSON
-        if record.kind == "imperative":
-            return None
-        return self.started_with(record)
-
     def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
         """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
         return self._view(self.driver.run(self.verbs.unwind(record, saga, fresh)))
@@ -400,14 +372,4 @@ class Coordinator:
         """Which stuck sagas this process can finish (see ``saga.ports.Runnable``): every
         definition registered or defined here, the trusted modules and known functions.
         Recovery claims no other: a saga it cannot run stays untouched for one that can."""
-        return Runnable(
-            frozenset(versions.runnable(self._sagas)),
-            self.resolver.trusted_modules,
-            known_references(),
-        )
-
-    def _saga_if_known(self, record: SagaRecord) -> Saga | None:
-        try:
-            return self._saga_for(record)
-        except UnknownSagaError:
-            return None
+        return self.definitions.runnable()

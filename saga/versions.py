@@ -8,9 +8,11 @@ version is gone, or was edited in place, is refused with what to do.
 
 from __future__ import annotations
 
-from saga.definition import Saga, defined_sagas, defined_versions
-from saga.errors import DefinitionError
-from saga.ports import SagaRecord
+from saga.definition import Saga, defined_saga, defined_sagas, defined_versions
+from saga.errors import DefinitionError, UnknownSagaError
+from saga.ports import Runnable, SagaRecord
+from saga.refs import Resolver, known_references
+from saga.views import view_of
 
 
 class Registry:
@@ -106,3 +108,62 @@ def runnable(registry: Registry) -> set[tuple[str, str, str]]:
         except DefinitionError:
             continue
     return found
+
+
+class Definitions:
+    """Which definition a saga runs with, for one coordinator: what it registered,
+    else what this process defined (the engine's verbs ask it; no reach-in needed)."""
+
+    def __init__(self, resolver: Resolver) -> None:
+        self.registry = Registry()
+        self._resolver = resolver  # its trusted modules may grow (a module imported later)
+
+    def register(self, *sagas: Saga) -> None:
+        """Validate and keep ``sagas`` (versions of one name side by side)."""
+        for saga in sagas:
+            saga.validate()
+            self.registry.add(saga)
+
+    def definition(self, saga: Saga | str) -> Saga:
+        """``saga`` itself (registered now if it was not), or the newest of that name."""
+        if isinstance(saga, Saga):
+            if not self.registry.holds(saga):
+                self.register(saga)
+            return saga
+        known = self.registry.newest(saga) or defined_saga(saga)
+        if known is None:
+            raise UnknownSagaError(
+                f"no saga definition named {saga!r}; register it (or import its module with --app)"
+            )
+        if not self.registry.holds(known):
+            self.register(known)
+        return known
+
+    def started_with(self, record: SagaRecord) -> Saga:
+        """The definition ``record`` started with: its version, with its fingerprint.
+        ``DefinitionError`` naming both when this process has no such definition."""
+        saga, known = lookup(self.registry, record)
+        if saga is None and not known:  # no version at all: as for a run by name
+            self.definition(record.name)
+        saga = started_with(record, saga, known)
+        if not self.registry.holds(saga):
+            self.register(saga)
+        return saga
+
+    def saga_for(self, record: SagaRecord) -> Saga | None:
+        """The definition a declarative ``record`` runs with (None: a context-manager one)."""
+        view_of(record)  # CorruptRecordError before anything acts on a row with unreadable JSON
+        if record.kind == "imperative":
+            return None
+        return self.started_with(record)
+
+    def saga_if_known(self, record: SagaRecord) -> Saga | None:
+        try:
+            return self.saga_for(record)
+        except UnknownSagaError:
+            return None
+
+    def runnable(self) -> Runnable:
+        """Which stuck sagas this process can finish (see ``saga.ports.Runnable``)."""
+        modules = self._resolver.trusted_modules
+        return Runnable(frozenset(runnable(self.registry)), modules, known_references())

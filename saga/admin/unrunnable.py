@@ -35,7 +35,7 @@ def unrunnable_here(coord: Coordinator, views: Sequence[SagaView]) -> dict[str, 
 def why_not(coord: Coordinator, record: SagaRecord) -> str:
     """Why ``coord`` cannot run ``record``: the refusal a claim would have met."""
     try:
-        saga = coord._saga_for(record)
+        saga = coord.definitions.saga_for(record)
         coord.flows.check_compensations(record, saga)
     except Exception as refusal:  # the reason is the message, whatever its class
         return str(refusal)

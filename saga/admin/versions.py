@@ -64,7 +64,7 @@ def check_versions(coord: Coordinator) -> VersionCheck:
     rows = []
     for (name, version, fingerprint), count in sorted(counts.items(), key=_order):
         probe = _probe(name, version, fingerprint)
-        saga, _ = versions.lookup(coord._sagas, probe)
+        saga, _ = versions.lookup(coord.definitions.registry, probe)
         state, registered = "ok", None
         if saga is None:
             state = "missing"

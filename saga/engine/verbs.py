@@ -55,9 +55,9 @@ class Definitions(Protocol):
 
     def started_with(self, record: SagaRecord) -> Saga: ...
 
-    def _saga_for(self, record: SagaRecord) -> Saga | None: ...
+    def saga_for(self, record: SagaRecord) -> Saga | None: ...
 
-    def _saga_if_known(self, record: SagaRecord) -> Saga | None: ...
+    def saga_if_known(self, record: SagaRecord) -> Saga | None: ...
 
     def runnable(self) -> Runnable: ...
 
@@ -203,7 +203,7 @@ class Verbs:
 
     def finish(self, record: SagaRecord, compensate: bool) -> Flow[SagaRecord]:
         """Carry a claimed saga to its end: forward or unwinding, as the rules say."""
-        saga = self.definitions._saga_for(record)
+        saga = self.definitions.saga_for(record)
         route = recovery_route(record, saga, compensate)
         if route == "forward":
             assert saga is not None
@@ -251,7 +251,7 @@ class Verbs:
         """Unwind a stuck or failed saga now (refused past a pivot or once finished)."""
         record = yield from self.load(saga_id)
         operations.refuse_compensate(record)
-        saga = self.definitions._saga_for(record)
+        saga = self.definitions.saga_for(record)
         self.flows.check_compensations(record, saga)  # refuse before changing anything
         who = yield WHO_ASKS
         claim = self._claim(
@@ -267,7 +267,7 @@ class Verbs:
         """Carry a stuck declarative saga forward now."""
         record = yield from self.load(saga_id)
         operations.refuse_resume(record)
-        saga = self.definitions._saga_for(record)
+        saga = self.definitions.saga_for(record)
         assert saga is not None
         who = yield WHO_ASKS
         claim = self._claim(
@@ -289,7 +289,7 @@ class Verbs:
         yield from self.guarded(
             self._request_cancel(record, event, guard), saga_id, operations.refuse_cancel
         )
-        saga = self.definitions._saga_if_known(record)
+        saga = self.definitions.saga_if_known(record)
         if saga is None and record.kind == "declarative":
             return (yield from self.load(saga_id))  # recorded; one with the definition unwinds it
         try:
