@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from saga import engine, faults, operations
+from saga import engine, faults
 from saga.aio_scope import AsyncSagaScope
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.drivers.tasks import TaskDriver
+from saga.engine import rules
 from saga.listening import Listener
 from saga.policy import (
     DEFAULT_COMPENSATION_RETRY,
@@ -132,7 +133,7 @@ class AsyncCoordinator:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
         definition = self.sync.definitions.definition(saga)
         payload = encode(data, "input", self.flows.payload_limit)
-        record, change, started = operations.new_saga(
+        record, change, started = rules.new_saga(
             definition, key, payload.text, self.owner, deadline
         )
         first_name = started[0].name if started else None
@@ -155,7 +156,7 @@ class AsyncCoordinator:
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
     ) -> AsyncSagaScope:
         """A context-manager saga: ``async with coord.saga(...) as s: await s.step(...)``."""
-        return AsyncSagaScope(self, name, key, operations.seconds(deadline))
+        return AsyncSagaScope(self, name, key, rules.seconds(deadline))
 
     # -- reading --------------------------------------------------------------------------------
 

@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from saga import engine, faults, operations, versions
+from saga import engine, faults, versions
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga
 from saga.drivers.threads import ThreadDriver
+from saga.engine import rules
 from saga.engine.flows import Flows
 from saga.engine.verbs import Verbs
 from saga.errors import (
@@ -196,7 +197,7 @@ class Coordinator:
             encode(key, "key", self.flows.payload_limit)
         # No lookup by key first: creation clashes on (name, key) and returns
         # the existing saga, so a new saga costs no read-only round trip.
-        record, change, started = operations.new_saga(
+        record, change, started = rules.new_saga(
             definition, key, payload.text, self.owner, deadline
         )
         first_name = started[0].name if started else None
@@ -228,7 +229,7 @@ class Coordinator:
         """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
             encode(key, "key", self.flows.payload_limit)
-        return SagaScope(self, name, key, operations.seconds(deadline))
+        return SagaScope(self, name, key, rules.seconds(deadline))
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from saga import operations
-from saga.engine import records, unwind
+from saga.engine import records, rules, unwind
 from saga.engine.decisions import Cursor, RunStep
 from saga.engine.effects import (
     WAIT,
@@ -57,7 +56,7 @@ class ScopeFlows:
             return None
         assert existing is not None
         event = Event("lease_claimed", detail={"why": "re-entered"})
-        guard = operations.continue_guard()  # not one that failed since it was read
+        guard = rules.continue_guard()  # not one that failed since it was read
         record: SagaRecord = yield Claim(existing.id, core.owner, self.lease_ttl, event, guard)
         core.record = record
         yield Tell(record, (event,))

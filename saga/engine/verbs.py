@@ -1,7 +1,7 @@
 """The coordinators' verbs as flows: rerun a key, recover, compensate, resume, cancel.
 
 One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
-saga, decides (``saga.operations``), claims it with the decision's condition
+saga, decides (``saga.engine.rules``), claims it with the decision's condition
 checked inside the claim (a ``ClaimGuard``), and carries it forward or unwinds
 it while its lease is kept alive. The store calls an operator makes go out as
 plain-data effects (``Claim``, ``ClaimStuck``, ``Release``, ``NoteFenced``,
@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from saga import operations
 from saga.definition import Saga
-from saga.engine import records
+from saga.engine import records, rules
 from saga.engine.decisions import RunStep, failed_step, recovery_route
 from saga.engine.effects import (
     DRAINING,
@@ -96,7 +95,7 @@ class Verbs:
             holding.__exit__(None, None, None)
 
     def turn(self, record: SagaRecord, why: str) -> Flow[SagaRecord]:
-        event = operations.turn(record, why)
+        event = rules.turn(record, why)
         return (yield from write(record, [], [event], SagaStatus.COMPENSATING))
 
     def load(self, saga_id: str) -> Flow[SagaRecord]:
@@ -115,11 +114,11 @@ class Verbs:
 
     def rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> Flow[SagaRecord]:
         """``run`` with a key already used: the recorded outcome, or the saga continued."""
-        if operations.rerun(saga, existing, input_text):
+        if rules.rerun(saga, existing, input_text):
             return existing
         try:
             record = yield from self._claim(
-                existing.id, operations.claimed("rerun"), operations.continue_guard()
+                existing.id, rules.claimed("rerun"), rules.continue_guard()
             )
         except SagaBusyError:
             raise
@@ -168,10 +167,8 @@ class Verbs:
     def recover_saga(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:
         """Claim this one saga (only a running or compensating one) and finish it."""
         detail = {"why": "operator recover", **(yield WHO_ASKS)}
-        claim = self._claim(
-            saga_id, Event("lease_claimed", detail=detail), operations.recover_guard()
-        )
-        yield from self.guarded(claim, saga_id, operations.refuse_recover)
+        claim = self._claim(saga_id, Event("lease_claimed", detail=detail), rules.recover_guard())
+        yield from self.guarded(claim, saga_id, rules.refuse_recover)
         return (yield from self.recover_one(saga_id, compensate))
 
     def recover_one(
@@ -250,14 +247,12 @@ class Verbs:
     def compensate(self, saga_id: str, action: str) -> Flow[SagaRecord]:
         """Unwind a stuck or failed saga now (refused past a pivot or once finished)."""
         record = yield from self.load(saga_id)
-        operations.refuse_compensate(record)
+        rules.refuse_compensate(record)
         saga = self.definitions.saga_for(record)
         self.flows.check_compensations(record, saga)  # refuse before changing anything
         who = yield WHO_ASKS
-        claim = self._claim(
-            saga_id, operations.by_operator(action, who), operations.compensate_guard(record)
-        )
-        record = yield from self.guarded(claim, saga_id, operations.refuse_compensate)
+        claim = self._claim(saga_id, rules.by_operator(action, who), rules.compensate_guard(record))
+        record = yield from self.guarded(claim, saga_id, rules.refuse_compensate)
         fresh = record.status is SagaStatus.FAILED
         if record.status is not SagaStatus.COMPENSATING:
             record = yield from self.turn(record, "operator compensate")
@@ -266,14 +261,12 @@ class Verbs:
     def resume(self, saga_id: str) -> Flow[SagaRecord]:
         """Carry a stuck declarative saga forward now."""
         record = yield from self.load(saga_id)
-        operations.refuse_resume(record)
+        rules.refuse_resume(record)
         saga = self.definitions.saga_for(record)
         assert saga is not None
         who = yield WHO_ASKS
-        claim = self._claim(
-            saga_id, operations.by_operator("resume", who), operations.resume_guard(record)
-        )
-        record = yield from self.guarded(claim, saga_id, operations.refuse_resume)
+        claim = self._claim(saga_id, rules.by_operator("resume", who), rules.resume_guard(record))
+        record = yield from self.guarded(claim, saga_id, rules.refuse_resume)
         return (yield from self.forward(saga, record))
 
     def cancel(self, saga_id: str) -> Flow[SagaRecord]:
@@ -284,16 +277,16 @@ class Verbs:
         definition, else by the recovery of a process that does.
         """
         record = yield from self.load(saga_id)
-        operations.refuse_cancel(record)
-        guard, event = operations.cancel_guard(), operations.by_operator("cancel", (yield WHO_ASKS))
+        rules.refuse_cancel(record)
+        guard, event = rules.cancel_guard(), rules.by_operator("cancel", (yield WHO_ASKS))
         yield from self.guarded(
-            self._request_cancel(record, event, guard), saga_id, operations.refuse_cancel
+            self._request_cancel(record, event, guard), saga_id, rules.refuse_cancel
         )
         saga = self.definitions.saga_if_known(record)
         if saga is None and record.kind == "declarative":
             return (yield from self.load(saga_id))  # recorded; one with the definition unwinds it
         try:
-            record = yield from self._claim(saga_id, operations.claimed("cancel"), guard)
+            record = yield from self._claim(saga_id, rules.claimed("cancel"), guard)
         except OperationRefusedError:  # busy, or its owner honoured the request meanwhile
             return (yield from self.load(saga_id))
         record = yield from self.turn(record, "cancel requested")

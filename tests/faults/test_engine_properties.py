@@ -1,4 +1,4 @@
-"""A Hypothesis state machine over the pure engine (saga/engine.py, saga/operations.py).
+"""A Hypothesis state machine over the pure engine (saga/engine/, with saga/engine/rules.py).
 
 The machine drives one saga the way the runner does, but only through the
 engine's pure functions: it starts the saga, lets steps succeed, fail
@@ -42,9 +42,9 @@ from saga import (
     StepKind,
     StepStatus,
     engine,
-    operations,
 )
 from saga.codec import encode
+from saga.engine import rules
 from saga.ports import Commit, Event, SagaRecord, StepWrite, guard_broken
 from saga.status import check_saga_move, check_step_move
 from tests.faults import figures
@@ -88,7 +88,7 @@ class EngineMachine(RuleBasedStateMachine):
     def start(self, count: int, pivot: int | None, attempts: list[int], on_crash: Any) -> None:
         pivot = pivot if pivot is not None and pivot <= count else None
         self.saga = _definition(count, pivot, attempts, on_crash)
-        record, change, started = operations.new_saga(self.saga, None, "{}", "owner")
+        record, change, started = rules.new_saga(self.saga, None, "{}", "owner")
         assert [run.name for run in started] == ["s1"]
         self.first = record
         self.commits: list[Commit] = []
@@ -140,7 +140,7 @@ class EngineMachine(RuleBasedStateMachine):
         self._write([*carried, start], [*events, *engine.started_event(start)])
         if self.durable.cancel_requested and not engine.past_pivot(self.durable):
             reason = engine.stop_reason(self.durable)
-            self._write([], [operations.turn(self.durable, reason)], SagaStatus.COMPENSATING)
+            self._write([], [rules.turn(self.durable, reason)], SagaStatus.COMPENSATING)
 
     def _fail(self, name: str, error: BaseException | str) -> None:
         """``error``: what the step raised, or (a str) why it was given up without returning."""
@@ -241,16 +241,16 @@ class EngineMachine(RuleBasedStateMachine):
         if route == "forward":
             self._advance(self.durable, [], [])
         elif route == "turn":
-            self._write([], [operations.turn(self.durable, "recovery")], SagaStatus.COMPENSATING)
+            self._write([], [rules.turn(self.durable, "recovery")], SagaStatus.COMPENSATING)
         figures.count("engine rules")
 
     @precondition(lambda self: not self.alive or self.durable.status not in ACTIVE)
     @rule(action=st.sampled_from(["compensate", "resume", "cancel"]))
     def operator(self, action: str) -> None:
         refuse = {
-            "compensate": operations.refuse_compensate,
-            "resume": operations.refuse_resume,
-            "cancel": operations.refuse_cancel,
+            "compensate": rules.refuse_compensate,
+            "resume": rules.refuse_resume,
+            "cancel": rules.refuse_cancel,
         }[action]
         try:
             refuse(self.durable)
@@ -278,7 +278,7 @@ class EngineMachine(RuleBasedStateMachine):
             self._claim()
             self.fresh = self.durable.status is SagaStatus.FAILED
             if self.durable.status is not SagaStatus.COMPENSATING:
-                turn = operations.turn(self.durable, "operator compensate")
+                turn = rules.turn(self.durable, "operator compensate")
                 self._write([], [turn], SagaStatus.COMPENSATING)
 
     @precondition(lambda self: not self.alive or self.durable.status not in ACTIVE)
@@ -289,9 +289,9 @@ class EngineMachine(RuleBasedStateMachine):
         of the saga as it is now, as ``SqlSagaStore.claim`` checks it inside the claim."""
         read = self.seen[max(0, len(self.seen) - 1 - age)]
         refuse, guard = {
-            "compensate": (operations.refuse_compensate, operations.compensate_guard(read)),
-            "resume": (operations.refuse_resume, operations.resume_guard(read)),
-            "cancel": (operations.refuse_cancel, operations.cancel_guard()),
+            "compensate": (rules.refuse_compensate, rules.compensate_guard(read)),
+            "resume": (rules.refuse_resume, rules.resume_guard(read)),
+            "cancel": (rules.refuse_cancel, rules.cancel_guard()),
         }[action]
         try:
             refuse(read)

@@ -22,9 +22,8 @@ from saga import (
     SagaStatus,
     StepStatus,
     engine,
-    operations,
 )
-from saga.engine import effects
+from saga.engine import effects, rules
 from saga.engine.attempts import attempts
 from saga.engine.flows import Flows
 from saga.engine.forward import STOPPED
@@ -117,7 +116,7 @@ def two_step_saga(fail_second: bool = False) -> Saga:
 
 
 def started(saga: Saga) -> tuple[SagaRecord, list[engine.RunStep]]:
-    record, change, first = operations.new_saga(saga, None, "null", "hand")
+    record, change, first = rules.new_saga(saga, None, "null", "hand")
     return engine.apply(record, change), first
 
 

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
-from saga import engine
 from saga.codec import MAX_KEY_BYTES, check_name
 from saga.definition import Saga
+from saga.engine import decisions, records
 from saga.errors import ConfigurationError, InputMismatchError, OperationRefusedError
 from saga.failure import recorded_failure
 from saga.ports import ClaimGuard, Commit, Event, SagaRecord
@@ -37,7 +37,7 @@ def new_saga(
     input_text: str,
     owner: str,
     deadline: timedelta | float | None = None,
-) -> tuple[SagaRecord, Commit, list[engine.RunStep]]:
+) -> tuple[SagaRecord, Commit, list[decisions.RunStep]]:
     """A new declarative saga, its first commit (with its first steps started), those steps.
 
     ``deadline`` (else the definition's) bounds the saga's duration, counted
@@ -58,12 +58,12 @@ def new_saga(
         epoch=1,
         deadline=seconds(deadline if deadline is not None else saga.deadline),
     )
-    first = engine.ready(saga, record, (), saga.max_concurrency)
+    first = decisions.ready(saga, record, (), saga.max_concurrency)
     started = first if isinstance(first, list) else []
-    writes, events = engine.start_all(saga, record, started)
+    writes, events = records.start_all(saga, record, started)
     # Where the definition lives, for an operator whose process lacks it (``saga recover``).
     started_event = Event("saga_started", detail={"module": saga.module} if saga.module else None)
-    change = engine.commit(record, writes, [started_event, *events])
+    change = records.commit(record, writes, [started_event, *events])
     return record, change, started
 
 
@@ -95,18 +95,18 @@ def checked(saga: Saga, record: SagaRecord) -> Saga:
 
 def turn(record: SagaRecord, why: str) -> Event:
     """The event of a running saga turning to compensation."""
-    return engine.moved(record, SagaStatus.COMPENSATING, reason=why)
+    return records.moved(record, SagaStatus.COMPENSATING, reason=why)
 
 
 def refuse_compensate(record: SagaRecord) -> None:
     """Refuse to unwind a finished saga, or one whose pivot may have acted."""
     if record.status.is_finished:
         raise OperationRefusedError(record.id, f"saga {record.id} is already {record.status.value}")
-    if engine.past_pivot(record):
+    if decisions.past_pivot(record):
         raise OperationRefusedError(
             record.id, f"saga {record.id} passed its pivot step; it can only go forward"
         )
-    doubt = engine.pivot_in_doubt(record)
+    doubt = decisions.pivot_in_doubt(record)
     if doubt is not None:
         raise OperationRefusedError(
             record.id,
@@ -114,7 +114,7 @@ def refuse_compensate(record: SagaRecord) -> None:
             "being learnt, so it may have acted; if it did not, record that first: "
             f"saga mark-step {record.id} --step {doubt.name} --did-not-happen --reason TEXT",
         )
-    if engine.pivot_may_have_acted(record):
+    if decisions.pivot_may_have_acted(record):
         raise OperationRefusedError(
             record.id,
             f"saga {record.id} started its pivot step and never learnt how it ended; "
@@ -141,11 +141,11 @@ def refuse_cancel(record: SagaRecord) -> None:
             record.id,
             f"saga {record.id} is {record.status.value}; only a running saga can be cancelled",
         )
-    if engine.past_pivot(record):
+    if decisions.past_pivot(record):
         raise OperationRefusedError(
             record.id, f"saga {record.id} passed its pivot step; it can only go forward"
         )
-    if engine.pivot_may_have_acted(record):  # started and never reported back
+    if decisions.pivot_may_have_acted(record):  # started and never reported back
         raise OperationRefusedError(
             record.id,
             f"saga {record.id} started its pivot step, which may have acted; it can only go "
