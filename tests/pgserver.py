@@ -120,7 +120,7 @@ def free_port() -> int:
         return port
 
 
-def _let_user_run(binaries: Path, user: str) -> None:
+def let_user_run(binaries: Path, user: str) -> None:
     """As root, let ``user`` reach and execute binaries installed under root's paths."""
     if binaries != embedded_bindir():
         return  # the system's binaries are world-executable already
@@ -144,7 +144,7 @@ class Cluster:
         self.log = root / "server.log"
         self.port = free_port()
         if self.user is not None:
-            _let_user_run(binaries, self.user)
+            let_user_run(binaries, self.user)
             owner = pwd.getpwnam(self.user)
             os.chown(root, owner.pw_uid, owner.pw_gid)
 
