@@ -138,8 +138,9 @@ class PatroniCluster:
     def __init__(self, root: Path, synchronous: bool = True) -> None:
         self.root = root
         self.synchronous = synchronous
-        self.binaries = server_binaries()
-        assert self.binaries is not None
+        binaries = server_binaries()
+        assert binaries is not None, why_unavailable()
+        self.binaries: Path = binaries
         self.user = pgserver.run_as()
         self.etcd_port, self.etcd_peer = pgserver.free_port(), pgserver.free_port()
         self.members = [
