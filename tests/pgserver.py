@@ -181,9 +181,14 @@ class Cluster:
         self.run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
         self.start()
 
-    def start(self) -> None:
+    def start(self, action: str = "start", *more: str) -> None:
         options = f"-p {self.port} -k {self.root} {self.settings}"
-        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+        data, log = str(self.data), str(self.log)
+        self.run("pg_ctl", "-D", data, "-l", log, "-o", options, *more, "-w", action)
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart -m MODE``: stopped (at once, as a crash would) and started."""
+        self.start("restart", "-m", mode)
 
     def stop(self, mode: str = "immediate") -> None:
         self.run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
