@@ -152,11 +152,13 @@ class PatroniCluster:
     # -- addresses --------------------------------------------------------------------
 
     def url(self, database: str = DATABASE) -> str:
-        """The multi-host saga URL: libpq tries each member, keeps the one that writes."""
-        hosts = ",".join(f"127.0.0.1:{m.port}" for m in self.members)
+        """The multi-host saga URL: libpq tries each member, keeps the one that writes.
+        (SQLAlchemy's own spelling, ``?host=h1:p1&host=h2:p2``, works as well.)"""
+        hosts = ",".join("127.0.0.1" for _ in self.members)
+        ports = ",".join(str(m.port) for m in self.members)
         return (
             f"postgresql+psycopg://postgres@/{database}"
-            f"?host={hosts}&target_session_attrs=read-write"
+            f"?host={hosts}&port={ports}&target_session_attrs=read-write"
         )
 
     def libpq(self, database: str = DATABASE) -> str:

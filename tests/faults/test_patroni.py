@@ -65,7 +65,7 @@ def cluster_maker() -> Callable[[bool], contextlib.AbstractContextManager[Patron
 
 def _rewinds(cluster: PatroniCluster) -> int:
     return sum(
-        member.log.read_text(errors="replace").count("running pg_rewind")
+        member.log.read_text(errors="replace").count("pg_rewind exit code=0")
         for member in cluster.members
     )
 
@@ -110,7 +110,7 @@ class Rounds:
             "connection errors the test's stores retried": client_errors,
             "worker log lines of a pass that failed": worker_errors,
             "sagas taken over by a worker": self.lease_lost,
-            "pg_rewind runs of a rejoining leader": _rewinds(self.cluster),
+            "pg_rewind runs that succeeded (old leader rejoining)": _rewinds(self.cluster),
         }
         for name, amount in counts.items():
             figures.count(f"Patroni failover: {name}", amount)
