@@ -338,32 +338,42 @@ class PatroniCluster:
 
     # -- the fault -------------------------------------------------------------------
 
-    def kill_leader(self) -> Failover:
+    def kill_leader(
+        self,
+        lagging: Callable[[], None] | None = None,
+        at_kill: Callable[[], None] | None = None,
+    ) -> Failover:
         """SIGKILL the leader's postmaster; wait for writes through the URL, then for the
-        old leader to rejoin as a replica of the new one."""
+        old leader to rejoin as a replica of the new one.
+
+        With ``lagging``, the leader's WAL senders are stopped (SIGSTOP) first, ``lagging()``
+        runs while the replicas fall behind, and the senders die with the postmaster, as
+        a whole machine would: what asynchronous replication can lose. ``at_kill()`` runs
+        right after the SIGKILL.
+        """
         before = self.wait_healthy()
         killed = self.member(before["leader"])
         pid = killed.postmaster_pid()
         assert pid is not None, f"{killed.name} has no postmaster.pid"
+        senders = [child for child in _children(pid) if "walsender" in _cmdline(child)]
+        if lagging is not None:
+            assert senders, f"{killed.name} has no WAL sender to hold back"
+            for sender in senders:
+                os.kill(sender, signal.SIGSTOP)
+            lagging()
         began = time.monotonic()
         os.kill(pid, signal.SIGKILL)
+        if at_kill is not None:
+            at_kill()
+        if lagging is not None:
+            for sender in senders:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(sender, signal.SIGKILL)
         _wait("a write through the multi-host URL", self.write_probe)
         writable = time.monotonic() - began
         after = self.wait_healthy(other_than=killed.name)
         rejoined = time.monotonic() - began
         return Failover(killed.name, after["leader"], writable, rejoined)
-
-    def walreceivers(self) -> list[int]:
-        """The pids of the replicas' WAL receivers (to hold replication back)."""
-        pids = []
-        for member in self.members:
-            pid = member.postmaster_pid()
-            if pid is None:
-                continue
-            for child in _children(pid):
-                if "walreceiver" in _cmdline(child):
-                    pids.append(child)
-        return pids
 
 
 def _children(pid: int) -> list[int]:

@@ -146,6 +146,8 @@ class Runners:
         self.errors: list[str] = []
         self.outcomes: list[str] = []
         self.started: list[Planned] = []
+        self.acknowledged: list[Planned] = []
+        """The sagas whose run returned to the caller in its planned status."""
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, args=(batch,), daemon=True) for batch in plans
@@ -170,7 +172,10 @@ class Runners:
                 return
             self.started.append(planned)
             try:
-                self.outcomes.append(run(self.coord, planned, self.aside))
+                outcome = run(self.coord, planned, self.aside)
+                self.outcomes.append(outcome)
+                if outcome == "ended":
+                    self.acknowledged.append(planned)
             except BaseException as error:
                 self.errors.append(f"{planned.key}: {type(error).__name__}: {error}")
 
