@@ -137,7 +137,9 @@ def test_sagas_survive_repeated_patroni_failovers(
     with cluster_maker(True) as cluster:
         url = cluster.url()
         sagas.create_effects_table(url)
-        rounds = Rounds(cluster, ledger_path, tmp_path, seed=random.randrange(2**32))
+        seed = int(os.environ.get("SAGA_FAILOVER_SEED") or random.randrange(2**32))
+        print(f"kill moments from seed {seed} (SAGA_FAILOVER_SEED={seed} picks them again)")
+        rounds = Rounds(cluster, ledger_path, tmp_path, seed)
         with (
             ha.counting_unavailable() as errors,
             Coordinator(url, lease_ttl=OWNER_LEASE, trusted_modules=[sagas.__name__]) as coord,
