@@ -1,7 +1,7 @@
 """Fault-test child processes. Run from the repository root (see :func:`spawn`)::
 
     python -m tests.faults.child seed URL LEDGER COUNT [--cm COUNT] [--saga NAME] [--how JSON]
-                                          [--prefix KEY]
+                                          [--prefix KEY] [--lease S]
     python -m tests.faults.child recover URL [--go FILE] [--timeout S] [--once] [--lease S]
                                              [--async]
     python -m tests.faults.child own URL LEDGER KEY --freeze STEP [--saga NAME] [--lease S]
@@ -51,7 +51,9 @@ from tests.children import arg, recover_until_settled, report
 from tests.faults import sagas
 
 SEED_LEASE_TTL = 0.3
-"""The seeding process's lease (s): its sagas are claimable this long after it dies."""
+"""The seeding process's lease (s): its sagas are claimable this long after it dies. Where
+workers already run, a longer one (``--lease``) keeps them from taking a saga the child
+is still seeding (a renewal can come late on a loaded machine)."""
 
 MODULE = "tests.faults.child"
 
@@ -95,10 +97,17 @@ def _guarded(call: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def seed(
-    url: str, ledger: str, count: int, cm: int, saga: str, how: dict[str, Any], prefix: str
+    url: str,
+    ledger: str,
+    count: int,
+    cm: int,
+    saga: str,
+    how: dict[str, Any],
+    prefix: str,
+    lease: float,
 ) -> None:
     data = {**sagas.how(ledger, abandon="s2"), **how}
-    with Coordinator(url, lease_ttl=SEED_LEASE_TTL) as coord:
+    with Coordinator(url, lease_ttl=lease) as coord:
         for number in range(count + cm):
             key = f"{prefix}-{number}" if number < count else f"{prefix}-cm-{number - count}"
             try:
@@ -202,6 +211,7 @@ def command_line() -> children.CommandLine:
         arg("--saga", default=sagas.PLAIN.name, help="the declarative sagas' definition"),
         arg("--how", type=json.loads, default={}, help="misbehaviour (JSON) to add"),
         arg("--prefix", default="seed", help="the keys' prefix"),
+        arg("--lease", type=float, default=SEED_LEASE_TTL, help="longer while workers run"),
     )
     commands.add(
         "recover",

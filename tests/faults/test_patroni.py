@@ -54,6 +54,9 @@ SAGAS_A_ROUND = 20
 SEEDED_A_ROUND = (4, 2)
 """Declarative and context-manager sagas a killed process leaves to the workers each round."""
 OWNER_LEASE = 10.0
+SEED_LEASE = 3.0
+"""The seeding process's lease (s): the workers run meanwhile, and must not take a saga it
+is still seeding."""
 SETTLE_LIMIT = 120.0
 
 
@@ -90,14 +93,17 @@ class Rounds:
     def one(self, number: int, coord: Coordinator, aside: workload.AsyncSide) -> None:
         prefix = f"r{number}"
         count, cm = SEEDED_A_ROUND
-        workload.seed(self.url, self.book, count, self.where, cm=cm, prefix=f"{prefix}-seed")
+        workload.seed(
+            self.url, self.book, count, self.where, cm=cm, prefix=f"{prefix}-seed", lease=SEED_LEASE
+        )
         seeded = workload.seeded_plans(self.book, count, cm, prefix=f"{prefix}-seed")
         kinds = workload.EVERY_KIND
         planned = workload.plan(self.book, SAGAS_A_ROUND, prefix, kinds=kinds, nap=0.05)
-        runners = workload.Runners(coord, workload.in_threads(planned, 4), aside).start()
-        ha.wait_for_more(runners, self.rng.randint(1, SAGAS_A_ROUND // 2))
-        self.failovers.append(self.cluster.kill_leader())
-        runners.join(timeout=180)
+        runners = workload.Runners(coord, workload.in_threads(planned, 4), aside)
+        with runners.start():
+            ha.wait_for_more(runners, self.rng.randint(1, SAGAS_A_ROUND // 2))
+            self.failovers.append(self.cluster.kill_leader())
+            runners.join(timeout=180)
         assert runners.errors == [], runners.errors
         self.lease_lost += runners.outcomes.count("lease lost")
         ha.wait_until(lambda: ha.unfinished(coord) == 0, "every saga terminal", SETTLE_LIMIT)
@@ -235,14 +241,15 @@ def test_what_asynchronous_replication_loses(
         ):
             coord.create_schema()
             with ha.workers(url, tmp_path) as logs, workload.AsyncSide(url, OWNER_LEASE) as aside:
-                runners = workload.Runners(coord, workload.in_threads(planned, 4), aside).start()
-                ha.wait_for_more(runners, 4)
-                failover = cluster.kill_leader(
-                    lagging=lambda: ha.wait_for_more(runners, ACKNOWLEDGED_WHILE_LAGGING),
-                    at_kill=lambda: acknowledged.extend(runners.acknowledged),
-                )
-                runners.stop()
-                runners.join(timeout=180)
+                runners = workload.Runners(coord, workload.in_threads(planned, 4), aside)
+                with runners.start():
+                    ha.wait_for_more(runners, 4)
+                    failover = cluster.kill_leader(
+                        lagging=lambda: ha.wait_for_more(runners, ACKNOWLEDGED_WHILE_LAGGING),
+                        at_kill=lambda: acknowledged.extend(runners.acknowledged),
+                    )
+                    runners.stop()
+                    runners.join(timeout=180)
                 ha.wait_until(lambda: ha.unfinished(coord) == 0, "every saga ended", SETTLE_LIMIT)
             losses = _measure(coord, ledger_path, acknowledged)
             losses.runner_errors = len(runners.errors)

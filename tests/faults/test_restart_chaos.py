@@ -34,6 +34,10 @@ PLANNED = 600
 SEEDED = (3, 1)
 """Declarative and context-manager sagas a killed process leaves to the workers, each round."""
 SEEDED_NAP = 0.1
+SEED_LEASE = 3.0
+"""The seeding process's lease (s): workers run meanwhile, and must not take a saga it is
+still seeding; they take them at once after its SIGKILL (instant takeover), or this long
+after it when the server restarted since."""
 OWNER_LEASE = 10.0
 SETTLE_LIMIT = 120.0
 
@@ -55,7 +59,8 @@ def _seed(url: str, book: str, where: Path, prefix: str) -> list[workload.Planne
     """Sagas left by a process killed with SIGKILL, slow enough to be recovering when the
     server restarts; how they must end."""
     count, cm = SEEDED
-    workload.seed(url, book, count, where, cm=cm, how={"nap": SEEDED_NAP}, prefix=prefix)
+    how = {"nap": SEEDED_NAP}
+    workload.seed(url, book, count, where, cm=cm, how=how, prefix=prefix, lease=SEED_LEASE)
     return workload.seeded_plans(book, count, cm, prefix=prefix)
 
 
@@ -73,15 +78,16 @@ def test_sagas_end_as_planned_while_postgres_restarts_under_load(
         coord.create_schema()
         seeded: list[workload.Planned] = []
         with ha.workers(url, tmp_path) as logs, workload.AsyncSide(url, OWNER_LEASE) as aside:
-            runners = workload.Runners(coord, workload.in_threads(planned, 4), aside).start()
-            for number in range(RESTARTS):
-                seeded += _seed(url, ledger_path, tmp_path, f"r{number}")
-                ha.wait_for_more(runners, rng.randint(2, 10))
-                server.restart("immediate")
-                figures.count("restarts")
-                assert runners.errors == [], f"after restart {number}: {runners.errors}"
-            runners.stop()
-            runners.join(timeout=180)
+            runners = workload.Runners(coord, workload.in_threads(planned, 4), aside)
+            with runners.start():
+                for number in range(RESTARTS):
+                    seeded += _seed(url, ledger_path, tmp_path, f"r{number}")
+                    ha.wait_for_more(runners, rng.randint(2, 10))
+                    server.restart("immediate")
+                    figures.count("restarts")
+                    assert runners.errors == [], f"after restart {number}: {runners.errors}"
+                runners.stop()
+                runners.join(timeout=180)
             assert runners.errors == [], runners.errors
             ha.wait_until(lambda: ha.unfinished(coord) == 0, "every saga ended", SETTLE_LIMIT)
         workload.check_settled(coord, url, ledger_path, runners.started + seeded)

@@ -79,6 +79,7 @@ class AsyncSide:
     to run the coroutine sagas on (:func:`run`)."""
 
     def __init__(self, url: str, lease_ttl: float) -> None:
+        self._closed = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -89,6 +90,9 @@ class AsyncSide:
         return AsyncCoordinator(url, lease_ttl=lease_ttl)
 
     def call(self, work: Coroutine[Any, Any, T], timeout: float = 300.0) -> T:
+        if self._closed:  # a runner still at it while the test ends: never scheduled
+            work.close()
+            raise RuntimeError("the AsyncSide is closed")
         return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
 
     def __enter__(self) -> AsyncSide:
@@ -102,6 +106,7 @@ class AsyncSide:
     ) -> None:
         with contextlib.suppress(concurrent.futures.TimeoutError):
             self.call(self.coord.close(), timeout=60)
+        self._closed = True
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         if not self._thread.is_alive():
@@ -161,6 +166,21 @@ class Runners:
     def stop(self) -> None:
         self._stop.set()
 
+    def __enter__(self) -> Runners:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Start no more, and give the sagas under way a while to end (a failed test
+        leaves no runner behind to use what the test closes next)."""
+        self.stop()
+        for thread in self._threads:
+            thread.join(60)
+
     @property
     def ended(self) -> int:
         """How many sagas they ran to the end (or handed on), or failed to."""
@@ -199,6 +219,7 @@ def seed(
     saga: str = "",
     how: dict[str, Any] | None = None,
     prefix: str = "seed",
+    lease: float | None = None,
 ) -> None:
     """``count`` declarative (``saga``, by default ``faults-3``) and ``cm`` context-manager
     sagas left running by a process that then dies with SIGKILL (``child seed``); ``how``
@@ -207,6 +228,8 @@ def seed(
     log = where / f"{prefix}-{count}-{cm}.log"
     args = ["seed", url, book, str(count), "--cm", str(cm), "--saga", saga or sagas.PLAIN.name]
     args += ["--prefix", prefix]
+    if lease is not None:  # longer than the child's default, where workers already run
+        args += ["--lease", str(lease)]
     if how:
         args += ["--how", json.dumps(how)]
     with log.open("w") as output:
