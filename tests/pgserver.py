@@ -120,7 +120,7 @@ def free_port() -> int:
         return port
 
 
-def _let_user_run(binaries: Path, user: str) -> None:
+def let_user_run(binaries: Path, user: str) -> None:
     """As root, let ``user`` reach and execute binaries installed under root's paths."""
     if binaries != embedded_bindir():
         return  # the system's binaries are world-executable already
@@ -144,7 +144,7 @@ class Cluster:
         self.log = root / "server.log"
         self.port = free_port()
         if self.user is not None:
-            _let_user_run(binaries, self.user)
+            let_user_run(binaries, self.user)
             owner = pwd.getpwnam(self.user)
             os.chown(root, owner.pw_uid, owner.pw_gid)
 
@@ -181,9 +181,14 @@ class Cluster:
         self.run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
         self.start()
 
-    def start(self) -> None:
+    def start(self, action: str = "start", *more: str) -> None:
         options = f"-p {self.port} -k {self.root} {self.settings}"
-        self.run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+        data, log = str(self.data), str(self.log)
+        self.run("pg_ctl", "-D", data, "-l", log, "-o", options, *more, "-w", action)
+
+    def restart(self, mode: str = "immediate") -> None:
+        """``pg_ctl restart -m MODE``: stopped (at once, as a crash would) and started."""
+        self.start("restart", "-m", mode)
 
     def stop(self, mode: str = "immediate") -> None:
         self.run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")

@@ -1,6 +1,7 @@
 """Fault-test child processes. Run from the repository root (see :func:`spawn`)::
 
     python -m tests.faults.child seed URL LEDGER COUNT [--cm COUNT] [--saga NAME] [--how JSON]
+                                          [--prefix KEY] [--lease S]
     python -m tests.faults.child recover URL [--go FILE] [--timeout S] [--once] [--lease S]
                                              [--async]
     python -m tests.faults.child own URL LEDGER KEY --freeze STEP [--saga NAME] [--lease S]
@@ -9,23 +10,24 @@
     python -m tests.faults.child worker URL [--lease S]
 
 ``seed`` starts COUNT declarative sagas (keys ``seed-N``) and ``--cm``
-context-manager ones (``seed-cm-N``) that each stop at step s2 as a dying
-process would (see :class:`tests.faults.sagas.Abandon`), prints ``seeded``,
-then kills itself with SIGKILL: they are left running, their leases running
-out; ``--how`` adds misbehaviour to their input. ``recover`` recovers until
-nothing is unfinished and prints what it claimed as JSON (``--once``: a
-single ``recover()`` pass; ``--async``: one ``AsyncCoordinator.recover()``
-pass). ``admin-recover`` is ``saga recover`` (``admin.recover``) and prints
-its JSON; ``worker`` is ``saga worker`` (``admin.run_worker``) until SIGTERM,
+context-manager ones (``seed-cm-N``; ``--prefix`` replaces ``seed``) that
+each stop at step s2 as a dying process would (see
+:class:`tests.faults.sagas.Abandon`), prints ``seeded``, then kills itself
+with SIGKILL: they are left running, their leases running out; ``--how``
+adds misbehaviour to their input. ``recover`` recovers until nothing is
+unfinished and prints what it claimed as JSON (``--once``: a single
+``recover()`` pass; ``--async``: one ``AsyncCoordinator.recover()`` pass).
+``admin-recover`` is ``saga recover`` (``admin.recover``) and prints its
+JSON; ``worker`` is ``saga worker`` (``admin.run_worker``) until SIGTERM,
 its log lines on stderr as they come, then its log and figures as JSON. The
 recoverers hold their claims for ``--lease`` seconds and are never frozen
-(``freeze``) inside a lease renewal. ``own`` runs one
-saga whose step ``--freeze`` stops the process with SIGSTOP after acting;
-once continued it prints how it ended. ``paused-recover`` is ``saga
-recover``'s code path (``admin.recover``): it reads the stuck sagas,
-finishes the first one, creates ``--paused`` and waits for ``--go`` before
-claiming the rest. What every child does alike (the command line, the
-``ready``/``--go`` handshake, the JSON reports) is in tests/children.py.
+(``freeze``) inside a lease renewal. ``own`` runs one saga whose step
+``--freeze`` stops the process with SIGSTOP after acting; once continued it
+prints how it ended. ``paused-recover`` is ``saga recover``'s code path
+(``admin.recover``): it reads the stuck sagas, finishes the first one,
+creates ``--paused`` and waits for ``--go`` before claiming the rest. What
+every child does alike (the command line, the ``ready``/``--go`` handshake,
+the JSON reports) is in tests/children.py.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ from tests.children import arg, recover_until_settled, report
 from tests.faults import sagas
 
 SEED_LEASE_TTL = 0.3
-"""The seeding process's lease (s): its sagas are claimable this long after it dies."""
+"""The seeding process's lease (s): its sagas are claimable this long after it dies. Where
+workers already run, a longer one (``--lease``) keeps them from taking a saga the child
+is still seeding (a renewal can come late on a loaded machine)."""
 
 MODULE = "tests.faults.child"
 
@@ -92,11 +96,20 @@ def _guarded(call: Callable[..., Any]) -> Callable[..., Any]:
     return guarded
 
 
-def seed(url: str, ledger: str, count: int, cm: int, saga: str, how: dict[str, Any]) -> None:
+def seed(
+    url: str,
+    ledger: str,
+    count: int,
+    cm: int,
+    saga: str,
+    how: dict[str, Any],
+    prefix: str,
+    lease: float,
+) -> None:
     data = {**sagas.how(ledger, abandon="s2"), **how}
-    with Coordinator(url, lease_ttl=SEED_LEASE_TTL) as coord:
+    with Coordinator(url, lease_ttl=lease) as coord:
         for number in range(count + cm):
-            key = f"seed-{number}" if number < count else f"seed-cm-{number - count}"
+            key = f"{prefix}-{number}" if number < count else f"{prefix}-cm-{number - count}"
             try:
                 if number < count:
                     coord.run(sagas.SAGAS[saga], data=data, key=key)
@@ -197,6 +210,8 @@ def command_line() -> children.CommandLine:
         arg("--cm", type=int, default=0, help="and context-manager sagas (faults-cm)"),
         arg("--saga", default=sagas.PLAIN.name, help="the declarative sagas' definition"),
         arg("--how", type=json.loads, default={}, help="misbehaviour (JSON) to add"),
+        arg("--prefix", default="seed", help="the keys' prefix"),
+        arg("--lease", type=float, default=SEED_LEASE_TTL, help="longer while workers run"),
     )
     commands.add(
         "recover",

@@ -21,6 +21,8 @@ COUNTED = ("tests/faults/", "tests/soak/")
 """The suites whose test cases are counted (and whose failures are violations)."""
 
 FIGURES: Counter[str] = Counter()
+NOTES: list[str] = []
+"""Lines that are not counts (failover times, per round), printed after the table."""
 _lock = threading.Lock()
 
 LABELS = {
@@ -51,13 +53,19 @@ def count(name: str, amount: int = 1) -> None:
         FIGURES[name] += amount
 
 
+def note(line: str) -> None:
+    """Add a line to print after the figures (thread-safe)."""
+    with _lock:
+        NOTES.append(line)
+
+
 def table() -> str:
     """The figures as a Markdown table, in a fixed order."""
     rows = ["| figure | value |", "| --- | ---: |"]
     names = [n for n in LABELS if n in FIGURES or n in ("cases", "violations")]
     names += sorted(n for n in FIGURES if n not in LABELS)
     rows += [f"| {LABELS.get(name, name)} | {FIGURES[name]} |" for name in names]
-    return "\n".join(rows)
+    return "\n".join(rows + (["", *NOTES] if NOTES else []))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

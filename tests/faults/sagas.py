@@ -23,6 +23,7 @@ as they are. How a step misbehaves travels in the saga's input (``how``):
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -245,4 +246,43 @@ def undo_second(ctx: StepContext) -> None:
     undo(ctx.data, ctx)
 
 
-SAGAS = {saga.name: saga for saga in (PLAIN, UNWINDING, EVOLVING, TRANSACTIONAL, PIVOTED)}
+# -- parallel and async declarative sagas --------------------------------------------------
+
+
+def _parallel() -> Saga:
+    saga = Saga("faults-parallel", max_concurrency=2)
+    for step_name, after in (("s1", ()), ("s2", ("s1",)), ("s3", ("s1",))):
+        step = saga.step(name=step_name, after=after, retry=FAST)(declared_action)
+        step.compensation(retry=FAST_UNDO)(declared_undo)
+    return saga
+
+
+PARALLEL = _parallel()
+"""s1, then s2 and s3 at once: the stack holds s2 and s3 in the order they started."""
+
+
+async def async_action(ctx: StepContext) -> dict[str, Any]:
+    await asyncio.sleep(ctx.data.get("nap", 0.0))
+    return act({**ctx.data, "nap": 0.0}, ctx)
+
+
+async def async_undo(ctx: StepContext) -> None:
+    await asyncio.sleep(ctx.data.get("nap", 0.0))
+    undo({**ctx.data, "nap": 0.0}, ctx)
+
+
+def _async() -> Saga:
+    saga = Saga("faults-async")
+    for step_name in names():
+        step = saga.step(name=step_name, retry=FAST)(async_action)
+        step.compensation(retry=FAST_UNDO)(async_undo)
+    return saga
+
+
+ASYNC = _async()
+"""s1 -> s2 -> s3 as coroutines: run by an ``AsyncCoordinator``, resumable by any process."""
+
+SAGAS = {
+    saga.name: saga
+    for saga in (PLAIN, UNWINDING, EVOLVING, TRANSACTIONAL, PIVOTED, PARALLEL, ASYNC)
+}
