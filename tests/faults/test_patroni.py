@@ -218,7 +218,7 @@ def _steps_missing(view: SagaView) -> bool:
     return len(done) != count
 
 
-@pytest.mark.skipif(not LONG, reason="measured with SAGA_FAILOVER_LONG=1 (docs/reliability.md)")
+@pytest.mark.failover_long  # deselected unless SAGA_FAILOVER_LONG=1 (tests/faults/conftest.py)
 def test_what_asynchronous_replication_loses(
     cluster_maker: Callable[[bool], contextlib.AbstractContextManager[PatroniCluster]],
     ledger_path: str,
