@@ -278,8 +278,8 @@ def test_cancel_during_a_fan_out_stops_new_starts_and_ends_cancelled(
             thread.join(0.01)
         view = operator.cancel(saga_ids[0])  # another "process": the owner's lease is live
         # Only requested: the owner honours it (hold returns once it sees the request),
-        # and may have turned the saga compensating before the answer was read.
-        assert view.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+        # and may have unwound the saga, in part or whole, before the answer was read.
+        assert view.status in (SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.CANCELLED)
         assert view.cancel_requested
     finally:
         thread.join(30)
