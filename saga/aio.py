@@ -71,9 +71,8 @@ class AsyncCoordinator:
         self.listeners = self.sync.listeners
         self.resources = self.sync.resources
         self.store = async_store(self.sync.store)
-        self.flows = self.sync.flows
         self.driver = TaskDriver(self.store, self.sync.driver)
-        self.verbs = self.sync.verbs
+        self.engine = self.sync.engine
 
     def __repr__(self) -> str:
         return f"AsyncCoordinator({self.sync.store.url!r})"
@@ -132,7 +131,7 @@ class AsyncCoordinator:
     ) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
         definition = self.sync.definitions.definition(saga)
-        payload = encode(data, "input", self.flows.payload_limit)
+        payload = encode(data, "input", self.engine.payload_limit)
         record, change, started = rules.new_saga(
             definition, key, payload.text, self.owner, deadline
         )
@@ -147,10 +146,10 @@ class AsyncCoordinator:
     async def _forward(
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
-        return view_of(await self.driver.run(self.verbs.forward(saga, record, started)))
+        return view_of(await self.driver.run(self.engine.forward(saga, record, started)))
 
     async def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
-        return view_of(await self.driver.run(self.verbs.rerun(saga, existing, input_text)))
+        return view_of(await self.driver.run(self.engine.rerun(saga, existing, input_text)))
 
     def saga(
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
@@ -206,24 +205,21 @@ class AsyncCoordinator:
         self, *, compensate: bool = False, limit: int | None = None
     ) -> RecoveryReport:
         """Claim every saga whose lease expired and finish it; see ``Coordinator.recover``."""
-        return await self.driver.run(self.verbs.recover(compensate, limit))
+        return await self.driver.run(self.engine.recover(compensate, limit))
 
     async def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga and finish it; see ``Coordinator.recover_saga``."""
-        return await self.driver.run(self.verbs.recover_saga(saga_id, compensate))
-
-    async def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
-        return await self._view(await self.driver.run(self.verbs.unwind(record, saga, fresh)))
+        return await self.driver.run(self.engine.recover_saga(saga_id, compensate))
 
     async def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now; see ``Coordinator.compensate``."""
-        return await self._view(await self.driver.run(self.verbs.compensate(saga_id, action)))
+        return await self._view(await self.driver.run(self.engine.compensate(saga_id, action)))
 
     async def resume(self, saga_id: str) -> SagaView:
         """Carry a stuck declarative saga forward now."""
-        return await self._view(await self.driver.run(self.verbs.resume(saga_id)))
+        return await self._view(await self.driver.run(self.engine.resume(saga_id)))
 
     async def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind; see
         ``Coordinator.cancel``."""
-        return await self._view(await self.driver.run(self.verbs.cancel(saga_id)))
+        return await self._view(await self.driver.run(self.engine.cancel(saga_id)))

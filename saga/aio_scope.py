@@ -10,31 +10,18 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from saga import engine
 from saga.drivers.tasks import TaskDriver
-from saga.engine.flows import Flows
-from saga.engine.scope import ScopeCore, ScopeFace, StepCall, bound
-from saga.engine.scope_flows import ScopeFlows
-from saga.errors import SagaFailed
+from saga.engine.core import Engine
+from saga.engine.scope import ScopeFace, StepCall, bound
 from saga.failure import raise_from_block
 from saga.policy import RetryPolicy
-from saga.ports import SagaRecord
-from saga.views import SagaView
 
 
 class AsyncScopeHost(Protocol):
     """What an async scope needs of its coordinator."""
 
-    flows: Flows
+    engine: Engine
     driver: TaskDriver
-
-    @property
-    def owner(self) -> str: ...
-
-    @property
-    def lease_ttl(self) -> float: ...
-
-    async def _unwind(self, record: SagaRecord, saga: None, fresh: bool = False) -> SagaView: ...
 
 
 class AsyncSagaScope(ScopeFace):
@@ -47,25 +34,16 @@ class AsyncSagaScope(ScopeFace):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        flows = coordinator.flows
-        self._core = ScopeCore(coordinator.owner, flows.payload_limit, name, key, deadline)
-        self.coordinator = coordinator
+        self._engine = coordinator.engine
         self.driver = coordinator.driver
-        self._flows = ScopeFlows(self._core, flows.resolver, coordinator.lease_ttl)
+        self._flows = self._engine.scope(name, key, deadline)
+        self._core = self._flows.core
 
     async def __aenter__(self) -> AsyncSagaScope:
-        unwinding = await self.driver.run(self._flows.enter())
-        if unwinding is not None:  # a crash interrupted its unwinding: finish that first
-            raise await self._finish_unwinding(unwinding)
+        failure = await self.driver.run(self._engine.enter(self._flows))
+        if failure is not None:  # a crash left it compensating: that unwinding finished
+            raise failure
         return self
-
-    async def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
-        """Finish compensating a saga a crash left compensating; return what to raise."""
-        try:
-            view = await self.coordinator._unwind(record, None)
-        except SagaFailed as failure:
-            return failure
-        return SagaFailed(view.id, view.status, engine.failed_step(record))
 
     async def step(
         self,
@@ -110,4 +88,4 @@ class AsyncSagaScope(ScopeFace):
             elif self._core.unwinds(error):
                 raise_from_block(await self.driver.run(self._flows.unwind(error)), error)
         finally:
-            self._core.release()
+            await self.driver.run(self._flows.let_go())

@@ -15,8 +15,7 @@ from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga
 from saga.drivers.threads import ThreadDriver
 from saga.engine import rules
-from saga.engine.flows import Flows
-from saga.engine.verbs import Verbs
+from saga.engine.core import Engine
 from saga.errors import (
     AmbiguousSagaError,
     ConfigurationError,
@@ -117,12 +116,11 @@ class Coordinator:
         self.owner = new_owner_id()
         self.resolver = Resolver(trusted_modules, compensation_retry, compensation_wait_in_place)
         self.heartbeat = Heartbeat(self.store, lease_ttl, self.owner)
-        self.flows = Flows(payload_limit, self.resolver)
         self.driver = ThreadDriver(
             self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
         )
         self.definitions = versions.Definitions(self.resolver)
-        self.verbs = Verbs(self.flows, self.owner, lease_ttl, self.definitions)
+        self.engine = Engine(self.owner, lease_ttl, payload_limit, self.resolver, self.definitions)
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store.url!r})"
@@ -192,9 +190,9 @@ class Coordinator:
         (raising ``SagaFailed`` again if it failed) and runs nothing twice.
         """
         definition = self.definitions.definition(saga)
-        payload = encode(data, "input", self.flows.payload_limit)
+        payload = encode(data, "input", self.engine.payload_limit)
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
-            encode(key, "key", self.flows.payload_limit)
+            encode(key, "key", self.engine.payload_limit)
         # No lookup by key first: creation clashes on (name, key) and returns
         # the existing saga, so a new saga costs no read-only round trip.
         record, change, started = rules.new_saga(
@@ -211,10 +209,10 @@ class Coordinator:
     def _forward(
         self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
     ) -> SagaView:
-        return view_of(self.driver.run(self.verbs.forward(saga, record, started)))
+        return view_of(self.driver.run(self.engine.forward(saga, record, started)))
 
     def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
-        return view_of(self.driver.run(self.verbs.rerun(saga, existing, input_text)))
+        return view_of(self.driver.run(self.engine.rerun(saga, existing, input_text)))
 
     def started_with(self, record: SagaRecord) -> Saga:
         """The definition ``record`` started with: its version, with its fingerprint.
@@ -228,7 +226,7 @@ class Coordinator:
     ) -> SagaScope:
         """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
-            encode(key, "key", self.flows.payload_limit)
+            encode(key, "key", self.engine.payload_limit)
         return SagaScope(self, name, key, rules.seconds(deadline))
 
     # -- reading ----------------------------------------------------------------------------
@@ -307,46 +305,42 @@ class Coordinator:
 
     def recover(self, *, compensate: bool = False, limit: int | None = None) -> RecoveryReport:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
-        return self.driver.run(self.verbs.recover(compensate, limit))
+        return self.driver.run(self.engine.recover(compensate, limit))
 
     def _claim_stuck(self, limit: int) -> builtins.list[str]:
         """Claim up to ``limit`` stuck sagas this process can run (``saga worker``
         claims in its loop and finishes each in a thread with ``_finish_claimed``)."""
-        return self.driver.run(self.verbs.claim_stuck(limit))
+        return self.driver.run(self.engine.claim_stuck(limit))
 
     def _finish_claimed(self, saga_id: str) -> RecoveryOutcome:
         """Finish a saga ``_claim_stuck`` claimed, as ``recover`` would."""
-        return self.driver.run(self.verbs.recover_one(saga_id, False, swept=True))
+        return self.driver.run(self.engine.recover_one(saga_id, False, swept=True))
 
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
         as ``recover`` would; the claim is recorded naming the operator. Only a running
         or compensating saga is taken (checked in the claim): a ``failed`` one waits for
         ``retry-compensation`` or ``mark-compensated``."""
-        return self.driver.run(self.verbs.recover_saga(saga_id, compensate))
-
-    def _unwind(self, record: SagaRecord, saga: Saga | None, fresh: bool = False) -> SagaView:
-        """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
-        return self._view(self.driver.run(self.verbs.unwind(record, saga, fresh)))
+        return self.driver.run(self.engine.recover_saga(saga_id, compensate))
 
     def _release(self, saga_id: str) -> None:
         """Give up a claimed saga untouched, so that a better-equipped process can take it."""
-        self.driver.run(self.verbs.release(saga_id))
+        self.driver.run(self.engine.release(saga_id))
 
     def _refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> None:
         """Record why a claimed saga was not finished, and release it (fenced)."""
-        self.driver.run(self.verbs.refused(saga_id, record, error))
+        self.driver.run(self.engine.refused(saga_id, record, error))
 
     def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now (refused past a pivot or once finished).
 
         ``action`` names the operator action in the saga's history.
         """
-        return self._view(self.driver.run(self.verbs.compensate(saga_id, action)))
+        return self._view(self.driver.run(self.engine.compensate(saga_id, action)))
 
     def resume(self, saga_id: str) -> SagaView:
         """Carry a stuck declarative saga forward now."""
-        return self._view(self.driver.run(self.verbs.resume(saga_id)))
+        return self._view(self.driver.run(self.engine.resume(saga_id)))
 
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind.
@@ -355,7 +349,7 @@ class Coordinator:
         its next step boundary; a stuck saga is unwound here if this process knows its
         definition, else by the recovery of a process that does.
         """
-        return self._view(self.driver.run(self.verbs.cancel(saga_id)))
+        return self._view(self.driver.run(self.engine.cancel(saga_id)))
 
     def claim_guarded(
         self,
@@ -367,7 +361,7 @@ class Coordinator:
         """Claim the saga for an operator's verb, on the condition the verb was decided
         under (``guard``, checked inside the claim). If the saga moved on since it was
         read, the verb's own refusal of its new state says why, else ``SagaChangedError``."""
-        return self.driver.run(self.verbs.claim_guarded(saga_id, event, guard, refuse))
+        return self.driver.run(self.engine.claim_guarded(saga_id, event, guard, refuse))
 
     def runnable(self) -> Runnable:
         """Which stuck sagas this process can finish (see ``saga.ports.Runnable``): every

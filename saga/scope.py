@@ -10,28 +10,18 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, Protocol
 
-from saga import engine
 from saga.drivers.threads import ThreadDriver
-from saga.engine.flows import Flows
-from saga.engine.scope import ScopeCore, ScopeFace, StepCall
-from saga.engine.scope_flows import ScopeFlows
-from saga.errors import SagaFailed
+from saga.engine.core import Engine
+from saga.engine.scope import ScopeFace, StepCall
 from saga.failure import raise_from_block
 from saga.policy import RetryPolicy
-from saga.ports import SagaRecord, SagaStore
-from saga.views import SagaView
 
 
 class ScopeHost(Protocol):
     """What a scope needs of its coordinator."""
 
-    owner: str
-    lease_ttl: float
-    store: SagaStore
-    flows: Flows
+    engine: Engine
     driver: ThreadDriver
-
-    def _unwind(self, record: SagaRecord, saga: None, fresh: bool = False) -> SagaView: ...
 
 
 class SagaScope(ScopeFace):
@@ -44,25 +34,16 @@ class SagaScope(ScopeFace):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        flows = coordinator.flows
-        self._core = ScopeCore(coordinator.owner, flows.payload_limit, name, key, deadline)
-        self.coordinator = coordinator
+        self._engine = coordinator.engine
         self.driver = coordinator.driver
-        self._flows = ScopeFlows(self._core, flows.resolver, coordinator.lease_ttl)
+        self._flows = self._engine.scope(name, key, deadline)
+        self._core = self._flows.core
 
     def __enter__(self) -> SagaScope:
-        unwinding = self.driver.run(self._flows.enter())
-        if unwinding is not None:  # a crash interrupted its unwinding: finish that first
-            raise self._finish_unwinding(unwinding)
+        failure = self.driver.run(self._engine.enter(self._flows))
+        if failure is not None:  # a crash left it compensating: that unwinding finished
+            raise failure
         return self
-
-    def _finish_unwinding(self, record: SagaRecord) -> SagaFailed:
-        """Finish compensating a saga a crash left compensating; return what to raise."""
-        try:
-            view = self.coordinator._unwind(record, None)
-        except SagaFailed as failure:
-            return failure
-        return SagaFailed(view.id, view.status, engine.failed_step(record))
 
     def step(
         self,
@@ -110,4 +91,4 @@ class SagaScope(ScopeFace):
             elif self._core.unwinds(error):
                 raise_from_block(self.driver.run(self._flows.unwind(error)), error)
         finally:
-            self._core.release()
+            self.driver.run(self._flows.let_go())

@@ -36,7 +36,7 @@ def why_not(coord: Coordinator, record: SagaRecord) -> str:
     """Why ``coord`` cannot run ``record``: the refusal a claim would have met."""
     try:
         saga = coord.definitions.saga_for(record)
-        coord.flows.check_compensations(record, saga)
+        coord.engine.check_compensations(record, saga)
     except Exception as refusal:  # the reason is the message, whatever its class
         return str(refusal)
     return "no definition here matches it"

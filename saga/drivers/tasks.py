@@ -51,6 +51,7 @@ class TaskDriver:
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
             fx.Tell: _tell,
             fx.Hold: _hold,
+            fx.LetGo: _let_go,
             **dict.fromkeys(
                 fx.STORE_EFFECTS,
                 lambda effect, _: asyncio.to_thread(self.threads.store_effect, effect),
@@ -72,6 +73,8 @@ class TaskDriver:
             return await self.drive(flow, tasks, shielded)
         finally:
             await tasks.abandon()
+            for token in tasks.holds:  # left by a flow that ended early
+                self.threads.let_go(token)
 
     async def drive(self, flow: fx.Flow[T], tasks: _Tasks, branch: bool = False) -> T:
         """Answer ``flow``'s effects until it ends (see ``ThreadDriver.drive``). In a
@@ -156,6 +159,7 @@ class _Tasks:
         self._watched: object | None = None  # the saga whose stop is listened for
         self._stopped = False  # its stop was asked for, not yet told to the flow
         self._wake: asyncio.Future[None] | None = None  # ends the Wait in progress
+        self.holds: list[int] = []  # the tokens of this run's holds that end with it
 
     def watch(self) -> Callable[[], None]:
         """What the heartbeat calls (on its thread) when it finds a stop asked for: the
@@ -227,9 +231,16 @@ class _Tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _hold(effect: fx.Hold, tasks: _Tasks) -> Any:
+async def _hold(effect: fx.Hold, tasks: _Tasks) -> int:
     on_stop = tasks.watch() if effect.watch else None
-    return tasks.driver.threads.hold(effect.record, on_stop)
+    token = tasks.driver.threads.hold(effect.record, on_stop)
+    if not effect.lasting:
+        tasks.holds.append(token)
+    return token
+
+
+async def _let_go(effect: fx.LetGo, tasks: _Tasks) -> None:
+    tasks.driver.threads.let_go(effect.token)
 
 
 async def _tell(effect: fx.Tell, tasks: _Tasks) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -58,6 +59,8 @@ class ThreadDriver:
         self.store = store
         self.resources = resources
         self.draining = threading.Event()  # set by Coordinator.drain(): hand sagas back
+        self._tokens = itertools.count(1)  # next() is atomic: branches' threads share it
+        self._holds: dict[int, contextlib.AbstractContextManager[None]] = {}
         self.lease_ttl = lease_ttl
         self.heartbeat = heartbeat
         self.listeners = listeners if listeners is not None else Listeners()
@@ -70,7 +73,8 @@ class ThreadDriver:
             fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
-            fx.Hold: lambda effect, _: self.hold(effect.record),
+            fx.Hold: lambda effect, branches: branches.track(self.hold(effect.record), effect),
+            fx.LetGo: lambda effect, _: self.let_go(effect.token),
             **dict.fromkeys(fx.STORE_EFFECTS, lambda effect, _: self.store_effect(effect)),
             fx.Transact: lambda effect, _: self.transact(effect),
             fx.Tell: lambda effect, _: self.listeners.tell(
@@ -91,6 +95,8 @@ class ThreadDriver:
             return self.drive(flow, branches)
         finally:
             branches.close()
+            for token in branches.holds:  # left by a flow that ended early
+                self.let_go(token)
 
     def drive(self, flow: fx.Flow[T], branches: _Branches) -> T:
         """Answer ``flow``'s effects until it ends; an effect's error is thrown into the
@@ -170,14 +176,21 @@ class ThreadDriver:
             self.listeners.not_created(record)
         return stored, created
 
-    def hold(
-        self, record: SagaRecord, on_stop: Callable[[], None] | None = None
-    ) -> contextlib.AbstractContextManager[None]:
-        """Keep ``record``'s lease alive until the handle returned is exited; ``on_stop``
-        is called (on the heartbeat's thread) if the renewal finds a stop asked for."""
+    def hold(self, record: SagaRecord, on_stop: Callable[[], None] | None = None) -> int:
+        """Keep ``record``'s lease alive until ``let_go`` with the token returned;
+        ``on_stop`` is called (on the heartbeat's thread) if the renewal finds a stop
+        asked for."""
         holding = self.heartbeat.holding(record.id, record.epoch, on_stop)
         holding.__enter__()
-        return holding
+        token = next(self._tokens)
+        self._holds[token] = holding
+        return token
+
+    def let_go(self, token: int) -> None:
+        """Stop keeping alive the lease ``token`` holds (again: nothing)."""
+        holding = self._holds.pop(token, None)
+        if holding is not None:
+            holding.__exit__(None, None, None)
 
     def transact(self, effect: fx.Transact) -> tuple[Any, bool | None]:
         """Run a transactional action with the store's session, its outcome committed in
@@ -208,6 +221,12 @@ class _Branches:
         self._pool: ThreadPoolExecutor | None = None
         self._deferred: list[fx.Branch] = []
         self._futures: set[Future[fx.Finished]] = set()
+        self.holds: list[int] = []  # the tokens of this run's holds that end with it
+
+    def track(self, token: int, hold: fx.Hold) -> int:
+        if not hold.lasting:
+            self.holds.append(token)
+        return token
 
     def launch(self, branches: tuple[fx.Branch, ...]) -> None:
         if not self._futures and not self._deferred and len(branches) == 1:

@@ -5,7 +5,7 @@
 - :mod:`~saga.engine.effects`: what a flow asks its driver to do;
 - :mod:`~saga.engine.attempts`, :mod:`~saga.engine.forward`, :mod:`~saga.engine.unwind`:
   the flows, generators that yield effects and receive their results;
-- :class:`~saga.engine.flows.Flows`: the flows one coordinator runs.
+- :class:`~saga.engine.core.Engine`: the flows and verbs of one coordinator.
 
 Nothing under this package does I/O or imports threading, asyncio, a store or a
 driver (``tests/unit/test_import_graph.py`` checks it): the thread driver and the

@@ -15,7 +15,9 @@ effect             the driver's answer
 ``Create``         creates a saga with its first commit; answers (the saga as
                    stored, whether this call created it)
 ``Hold``           keeps the saga's lease alive from now on; answers a
-                   handle whose ``__exit__`` stops that
+                   token (an int) for ``LetGo``; a hold not ``lasting``
+                   also ends with the driver's run of the flow
+``LetGo``          stops keeping alive the lease the token names
 ``Find``           the saga a name and key started, or None
 ``Claim``          takes the saga (epoch + 1, its guard checked inside the
                    claim); answers the saga as claimed
@@ -99,6 +101,12 @@ class Create:
 class Hold:
     record: SagaRecord
     watch: bool = False  # the asyncio driver also listens for a stop asked meanwhile
+    lasting: bool = False  # held across runs (a context-manager saga's block) until LetGo
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LetGo:
+    token: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -264,6 +272,7 @@ Effect = (
     | Load
     | Create
     | Hold
+    | LetGo
     | Find
     | Claim
     | ClaimStuck
@@ -289,6 +298,22 @@ Flow = Generator[Effect, Any, T]
 WAIT = Wait()
 DRAINING = Draining()
 WHO_ASKS = WhoAsks()
+
+
+def holding(record: SagaRecord, flow: Flow[T], watch: bool = False) -> Flow[T]:
+    """``flow`` with ``record``'s lease kept alive while it runs. A flow the driver
+    abandons (closed at a ``yield``) yields nothing more: the driver lets go of the
+    holds of a run that ended."""
+    token = yield Hold(record, watch)
+    try:
+        result = yield from flow
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield LetGo(token)
+        raise
+    yield LetGo(token)
+    return result
 
 
 def write(

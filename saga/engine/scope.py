@@ -114,7 +114,7 @@ class ScopeCore:
         self.taken: set[str] = set()
         self.failed_step: str | None = None
         self.failure: SagaFailed | None = None  # what the unwinding of s.parallel raised
-        self.holding: Any = None
+        self.holding: int | None = None  # the token of the lease's Hold
         self.result: Any = None
 
     @property
@@ -237,12 +237,6 @@ class ScopeCore:
         if record.status is not SagaStatus.RUNNING:
             return SagaFailed(record.id, record.status, self.failed_step)
         return None
-
-    def release(self) -> None:
-        """Stop keeping the lease alive (see the ``Hold`` effect)."""
-        if self.holding is not None:
-            self.holding.__exit__(None, None, None)
-            self.holding = None
 
     def next_name(self, base: str) -> str:
         # Names stay distinct within a saga (no index enforces it since schema 0003): a

@@ -23,6 +23,7 @@ from saga.engine.effects import (
     Flow,
     Hold,
     Launch,
+    LetGo,
     Load,
     Tell,
     write,
@@ -62,7 +63,7 @@ class ScopeFlows:
         yield Tell(record, (event,))
         if record.status is SagaStatus.COMPENSATING:
             return record
-        core.holding = yield Hold(record)
+        core.holding = yield Hold(record, lasting=True)
         return None
 
     def step(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
@@ -103,7 +104,7 @@ class ScopeFlows:
                 f"saga {core.name!r} key {core.key!r} was started by another process meanwhile",
             )
         core.record = records.apply(record, change)
-        core.holding = yield Hold(core.record)
+        core.holding = yield Hold(core.record, lasting=True)
 
     def _run(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
         core = self.core
@@ -195,6 +196,12 @@ class ScopeFlows:
         record = records.in_completion_order(loaded, group.order)
         core.failure = yield from unwind.unwound(self.resolver, record, None, group.failure[0])
         core.record = (yield Load(record.id)) or record
+
+    def let_go(self) -> Flow[None]:
+        """Stop keeping the saga's lease alive (the block ended)."""
+        if self.core.holding is not None:
+            token, self.core.holding = self.core.holding, None
+            yield LetGo(token)
 
     def complete(self) -> Flow[None]:
         """Leaving the block normally: the saga completed."""

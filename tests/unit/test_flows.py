@@ -25,8 +25,7 @@ from saga import (
 )
 from saga.engine import effects, rules
 from saga.engine.attempts import attempts
-from saga.engine.flows import Flows
-from saga.engine.forward import STOPPED
+from saga.engine.forward import STOPPED, Forward
 from saga.ports import SagaRecord
 from saga.refs import Resolver
 
@@ -120,14 +119,16 @@ def started(saga: Saga) -> tuple[SagaRecord, list[engine.RunStep]]:
     return engine.apply(record, change), first
 
 
-FLOWS = Flows(payload_limit=1 << 20, resolver=Resolver(()))
+def forward(saga: Saga, record: SagaRecord, first: list[engine.RunStep]) -> effects.Flow[Any]:
+    """The forward flow alone (the engine wraps it in a Hold of the lease)."""
+    return Forward(saga, record, 1 << 20, Resolver(())).run(list(first))
 
 
 def test_a_sequential_saga_commits_each_success_with_the_next_start() -> None:
     saga = two_step_saga()
     record, first = started(saga)
     driver = HandDriver(plain)
-    done = driver.run(FLOWS.forward(saga, record, first))
+    done = driver.run(forward(saga, record, first))
     assert done.status is SagaStatus.COMPLETED
     assert driver.kinds() == [
         "Launch",
@@ -153,7 +154,7 @@ def test_a_failed_step_turns_the_saga_then_unwinds_newest_first() -> None:
     record, first = started(saga)
     driver = HandDriver(plain)
     with pytest.raises(SagaFailed) as raised:
-        driver.run(FLOWS.forward(saga, record, first))
+        driver.run(forward(saga, record, first))
     assert raised.value.status is SagaStatus.COMPENSATED
     assert raised.value.failed_step == "charge"
     kinds = driver.kinds()
@@ -186,7 +187,7 @@ def test_a_draining_process_hands_back_instead_of_starting_the_next_step() -> No
 
     driver = HandDriver(answer)
     with pytest.raises(SagaHandedBack) as raised:
-        driver.run(FLOWS.forward(saga, record, first))
+        driver.run(forward(saga, record, first))
     assert raised.value.status is SagaStatus.RUNNING
     assert driver.kinds() == [
         "Launch",
@@ -216,7 +217,7 @@ def test_a_stop_asked_for_while_steps_run_cancels_them_and_unwinds() -> None:
 
     driver.answer = answer
     with pytest.raises(SagaFailed) as raised:
-        driver.run(FLOWS.forward(saga, record, first))
+        driver.run(forward(saga, record, first))
     assert raised.value.status is SagaStatus.CANCELLED
     cancel = next(e for e in driver.seen if isinstance(e, effects.CancelInFlight))
     assert cancel.why == STOPPED

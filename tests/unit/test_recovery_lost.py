@@ -206,7 +206,7 @@ def test_a_refusal_is_recorded_only_under_the_refusing_claim(
         raise ValueError("cannot finish this one here")
         yield  # unreachable: makes this a generator, as flows are
 
-    monkeypatch.setattr(recoverer.verbs, "finish", refuse_late)
+    monkeypatch.setattr(recoverer.engine, "finish", refuse_late)
     with recoverer:
         [outcome] = recoverer.recover().outcomes
     assert _after_takeover(store, saga_id, rival) == []  # neither the refusal nor a release

@@ -1,6 +1,10 @@
-"""The coordinators' verbs as flows: rerun a key, recover, compensate, resume, cancel.
+"""The engine of one coordinator: its flows and verbs, one object the drivers run.
 
-One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
+``Engine`` holds what a coordinator's flows are bound to (owner id, lease,
+payload limit, resolver, definitions) and gives each flow as a public method:
+carrying a saga forward, unwinding it, a context-manager saga's calls
+(:meth:`Engine.scope`), and the verbs (rerun a key, recover, compensate,
+resume, cancel). One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
 saga, decides (``saga.engine.rules``), claims it with the decision's condition
 checked inside the claim (a ``ClaimGuard``), and carries it forward or unwinds
 it while its lease is kept alive. The store calls an operator makes go out as
@@ -15,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from saga.definition import Saga
-from saga.engine import records, rules
+from saga.engine import records, rules, unwind
 from saga.engine.decisions import RunStep, failed_step, recovery_route
 from saga.engine.effects import (
     DRAINING,
@@ -23,16 +27,18 @@ from saga.engine.effects import (
     Claim,
     ClaimStuck,
     Flow,
-    Hold,
     Load,
     NoteFenced,
     ReadHistory,
     Release,
     RequestCancel,
     Tell,
+    holding,
     write,
 )
-from saga.engine.flows import Flows
+from saga.engine.forward import Forward
+from saga.engine.scope import ScopeCore
+from saga.engine.scope_flows import ScopeFlows
 from saga.errors import (
     LeaseLostError,
     OperationRefusedError,
@@ -44,6 +50,7 @@ from saga.errors import (
 )
 from saga.ports import ClaimGuard, Event, Runnable, SagaRecord
 from saga.recovery import RecoveryOutcome, RecoveryReport
+from saga.refs import Resolver
 from saga.status import SagaStatus
 
 T = TypeVar("T")
@@ -61,16 +68,46 @@ class Definitions(Protocol):
     def runnable(self) -> Runnable: ...
 
 
-class Verbs:
-    """The verbs of one coordinator (its owner id, lease and definitions)."""
+class Engine:
+    """The flows of one coordinator (its owner id, lease, payload limit, resolver and
+    definitions); a driver runs each: ``driver.run(engine.recover(...))``."""
 
     def __init__(
-        self, flows: Flows, owner: str, lease_ttl: float, definitions: Definitions
+        self,
+        owner: str,
+        lease_ttl: float,
+        payload_limit: int,
+        resolver: Resolver,
+        definitions: Definitions,
     ) -> None:
-        self.flows = flows
         self.owner = owner
         self.lease_ttl = lease_ttl
+        self.payload_limit = payload_limit
+        self.resolver = resolver
         self.definitions = definitions
+
+    def scope(self, name: str, key: str | None, deadline: float | None) -> ScopeFlows:
+        """The flows of a new context-manager saga (``.core`` plans its calls)."""
+        core = ScopeCore(self.owner, self.payload_limit, name, key, deadline)
+        return ScopeFlows(core, self.resolver, self.lease_ttl)
+
+    def enter(self, scope: ScopeFlows) -> Flow[SagaFailed | None]:
+        """Entering a context-manager saga's block. If a crash left the saga its key
+        names compensating, that unwinding is finished first and the answer is what to
+        raise; else None."""
+        unwinding = yield from scope.enter()
+        if unwinding is None:
+            return None
+        try:
+            done = yield from self.unwind(unwinding, None)
+        except SagaFailed as failure:
+            return failure
+        return SagaFailed(done.id, done.status, failed_step(unwinding))
+
+    def check_compensations(self, record: SagaRecord, saga: Saga | None) -> None:
+        """Refuse (``UnsafeReferenceError``) before anything changes if a compensation
+        still to run cannot be resolved safely."""
+        unwind.check_compensations(self.resolver, record, saga)
 
     # -- carrying a held saga on ------------------------------------------------------------
 
@@ -78,21 +115,14 @@ class Verbs:
         self, saga: Saga, record: SagaRecord, started: Sequence[RunStep] = ()
     ) -> Flow[SagaRecord]:
         """Carry ``record`` forward while its lease is kept alive (and watched for a stop)."""
-        holding = yield Hold(record, watch=True)
-        try:
-            return (yield from self.flows.forward(saga, record, started))
-        finally:
-            holding.__exit__(None, None, None)
+        run = Forward(saga, record, self.payload_limit, self.resolver)
+        return (yield from holding(record, run.run(list(started)), watch=True))
 
     def unwind(
         self, record: SagaRecord, saga: Saga | None, fresh: bool = False
     ) -> Flow[SagaRecord]:
         """Compensate what is left; ``SagaFailed(FAILED)`` if a compensation fails for good."""
-        holding = yield Hold(record)
-        try:
-            return (yield from self.flows.unwind(record, saga, fresh))
-        finally:
-            holding.__exit__(None, None, None)
+        return (yield from holding(record, unwind.unwind(self.resolver, record, saga, fresh)))
 
     def turn(self, record: SagaRecord, why: str) -> Flow[SagaRecord]:
         event = rules.turn(record, why)
@@ -206,7 +236,7 @@ class Verbs:
             assert saga is not None
             return (yield from self.forward(saga, record))
         if route == "turn":
-            self.flows.check_compensations(record, saga)  # refuse before changing anything
+            self.check_compensations(record, saga)  # refuse before changing anything
             record = yield from self.turn(record, "recovery")
         return (yield from self.unwind(record, saga))
 
@@ -249,7 +279,7 @@ class Verbs:
         record = yield from self.load(saga_id)
         rules.refuse_compensate(record)
         saga = self.definitions.saga_for(record)
-        self.flows.check_compensations(record, saga)  # refuse before changing anything
+        self.check_compensations(record, saga)  # refuse before changing anything
         who = yield WHO_ASKS
         claim = self._claim(saga_id, rules.by_operator(action, who), rules.compensate_guard(record))
         record = yield from self.guarded(claim, saga_id, rules.refuse_compensate)
