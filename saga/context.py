@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from saga.resources import NO_RESOURCES, Resources
+from saga.resource_view import NO_RESOURCES, ResourceView
 
 _current: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
     "saga_current_step", default=None
@@ -43,7 +43,7 @@ class StepContext:
     result: Any = None
     compensating: bool = False
     session: Any = None
-    resources: Resources = NO_RESOURCES
+    resources: ResourceView = NO_RESOURCES
     result_error: str | None = None
 
     @property

@@ -18,19 +18,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from saga.errors import UnsafeReferenceError
+from saga.known_functions import known_function, known_references, remember
 from saga.policy import DEFAULT_COMPENSATION_RETRY, INLINE_COMPENSATION_WAIT, RetryPolicy
 
-_known: dict[str, Callable[..., Any]] = {}
-
-
-def known_function(ref: str | None) -> Callable[..., Any] | None:
-    """The function this process registered under ``ref`` (None: none, or no ref)."""
-    return None if ref is None else _known.get(ref)
-
-
-def known_references() -> frozenset[str]:
-    """The references of every function this process registered."""
-    return frozenset(_known)
+__all__ = ["Resolver", "known_function", "known_references", "reference_of"]
 
 
 def reference_of(fn: object, role: str) -> str:
@@ -40,7 +31,7 @@ def reference_of(fn: object, role: str) -> str:
         raise UnsafeReferenceError(f"{role} {_describe(fn)} {problem}; {_remedy(fn, problem)}")
     assert inspect.isfunction(fn)
     ref = f"{_module_of(fn)}:{fn.__qualname__}"
-    _known[ref] = fn
+    remember(ref, fn)
     return ref
 
 
@@ -126,13 +117,17 @@ class Resolver:
         # a longer wait hands the saga back (see saga.policy.INLINE_COMPENSATION_WAIT).
         self.compensation_wait_in_place = compensation_wait_in_place
 
+    def reference(self, fn: object, role: str) -> str:
+        """The import path of ``fn`` (see :func:`reference_of`)."""
+        return reference_of(fn, role)
+
     def trust(self, module: str) -> None:
         """Trust every function in ``module`` and its submodules."""
         self.trusted_modules = (*self.trusted_modules, module)
 
     def resolve(self, ref: str) -> Callable[..., Any]:
         """The function named by ``ref``, or ``UnsafeReferenceError``."""
-        known = _known.get(ref)
+        known = known_function(ref)
         if known is not None:
             return known
         module_name, _, qualname = ref.partition(":")

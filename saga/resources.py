@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from saga.errors import ConfigurationError
+from saga.resource_view import NO_RESOURCES, ResourceView
+
+__all__ = ["NO_RESOURCES", "Closer", "ResourceView", "Resources"]
 
 T = TypeVar("T")
 Closer = Callable[[], object]
@@ -24,7 +27,7 @@ Closer = Callable[[], object]
 log = logging.getLogger("saga.resources")
 
 
-class Resources(Mapping[str, Any]):
+class Resources(ResourceView):
     """Named values for the steps of one coordinator: ``Coordinator(resources={...})``
     gives values the application keeps and closes itself; ``add(..., close=...)`` and
     ``enter(...)`` hand their closing to the coordinator.
@@ -34,7 +37,7 @@ class Resources(Mapping[str, Any]):
     """
 
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:
-        self._values: dict[str, Any] = {}
+        super().__init__()
         self._closers: list[tuple[str, Closer]] = []
         for name, value in (values or {}).items():
             self.add(name, value)
@@ -67,43 +70,6 @@ class Resources(Mapping[str, Any]):
         value = await manager.__aenter__()
         self.add(name, value, close=lambda _: manager.__aexit__(None, None, None))
         return value
-
-    # -- reading -------------------------------------------------------------------------
-
-    def __getitem__(self, name: str) -> Any:
-        try:
-            return self._values[name]
-        except KeyError:
-            raise KeyError(self._missing(name)) from None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):  # copy, pickle-probing and dunder lookups: not resources
-            raise AttributeError(name)
-        try:
-            return self._values[name]
-        except KeyError:
-            raise AttributeError(self._missing(name)) from None
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    # One coordinator's set of clients is itself, not its contents: compared and hashed
-    # by identity (which also lets it be a dataclass field's default).
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
-
-    def __repr__(self) -> str:
-        return f"Resources({', '.join(self._values)})"  # names only: values may hold secrets
-
-    def _missing(self, name: str) -> str:
-        known = ", ".join(sorted(self._values)) or "none"
-        return (
-            f"no resource named {name!r} (this coordinator has: {known}); give it with "
-            f"Coordinator(..., resources={{{name!r}: ...}}) or coord.resources.add({name!r}, ...)"
-        )
 
     # -- closing -------------------------------------------------------------------------
 
@@ -155,7 +121,3 @@ def _run_to_end(name: str, awaitable: Awaitable[object]) -> None:
 
 async def _awaited(awaitable: Awaitable[object]) -> None:
     await awaitable
-
-
-NO_RESOURCES = Resources()
-"""What ``ctx.resources`` is for a coordinator given none."""

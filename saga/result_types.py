@@ -17,8 +17,8 @@ from typing import Any, NamedTuple
 
 from saga.codec import decode
 from saga.definition import defined_saga
+from saga.known_functions import known_function
 from saga.ports import SagaRecord, StepRecord
-from saga.refs import known_function
 from saga.typed import NOT_TYPED, ResultTypeError, result_type_of, revive
 
 

@@ -8,10 +8,12 @@ version is gone, or was edited in place, is refused with what to do.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from saga.definition import Saga, defined_saga, defined_sagas, defined_versions
 from saga.errors import DefinitionError, UnknownSagaError
+from saga.known_functions import known_references
 from saga.ports import Runnable, SagaRecord
-from saga.refs import Resolver, known_references
 from saga.views import view_of
 
 
@@ -110,11 +112,17 @@ def runnable(registry: Registry) -> set[tuple[str, str, str]]:
     return found
 
 
+class TrustsModules(Protocol):
+    """What the definitions read of the coordinator's ``saga.refs.Resolver``."""
+
+    trusted_modules: tuple[str, ...]
+
+
 class Definitions:
     """Which definition a saga runs with, for one coordinator: what it registered,
     else what this process defined (the engine's verbs ask it; no reach-in needed)."""
 
-    def __init__(self, resolver: Resolver) -> None:
+    def __init__(self, resolver: TrustsModules) -> None:
         self.registry = Registry()
         self._resolver = resolver  # its trusted modules may grow (a module imported later)
 

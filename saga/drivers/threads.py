@@ -29,7 +29,7 @@ from saga.lease import Heartbeat
 from saga.listening import Listeners
 from saga.operator_identity import operator_detail
 from saga.ports import Commit, SagaRecord, SagaStore
-from saga.resources import NO_RESOURCES, Resources
+from saga.resource_view import NO_RESOURCES, ResourceView
 
 T = TypeVar("T")
 
@@ -54,7 +54,7 @@ class ThreadDriver:
         lease_ttl: float,
         heartbeat: Heartbeat,
         listeners: Listeners | None = None,
-        resources: Resources = NO_RESOURCES,
+        resources: ResourceView = NO_RESOURCES,
     ) -> None:
         self.store = store
         self.resources = resources

@@ -26,6 +26,7 @@ from saga.engine.effects import (
     WHO_ASKS,
     Claim,
     ClaimStuck,
+    CodeRefs,
     Flow,
     Load,
     NoteFenced,
@@ -50,7 +51,6 @@ from saga.errors import (
 )
 from saga.ports import ClaimGuard, Event, Runnable, SagaRecord
 from saga.recovery import RecoveryOutcome, RecoveryReport
-from saga.refs import Resolver
 from saga.status import SagaStatus
 
 T = TypeVar("T")
@@ -77,7 +77,7 @@ class Engine:
         owner: str,
         lease_ttl: float,
         payload_limit: int,
-        resolver: Resolver,
+        resolver: CodeRefs,
         definitions: Definitions,
     ) -> None:
         self.owner = owner
@@ -88,7 +88,7 @@ class Engine:
 
     def scope(self, name: str, key: str | None, deadline: float | None) -> ScopeFlows:
         """The flows of a new context-manager saga (``.core`` plans its calls)."""
-        core = ScopeCore(self.owner, self.payload_limit, name, key, deadline)
+        core = ScopeCore(self.owner, self.resolver, self.payload_limit, name, key, deadline)
         return ScopeFlows(core, self.resolver, self.lease_ttl)
 
     def enter(self, scope: ScopeFlows) -> Flow[SagaFailed | None]:

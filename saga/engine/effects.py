@@ -57,13 +57,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from saga.codec import Encoded
 from saga.context import StepContext
 from saga.engine import records
 from saga.engine.decisions import Cursor
 from saga.errors import SagaHandedBack
+from saga.policy import RetryPolicy
 from saga.ports import ClaimGuard, Commit, Event, Runnable, SagaRecord, StepRecord, StepWrite
 from saga.status import SagaStatus
 
@@ -71,6 +72,18 @@ T = TypeVar("T")
 
 Action = Callable[[StepContext], Any]
 """A step's action or compensation, as the drivers call it."""
+
+
+class CodeRefs(Protocol):
+    """How the engine names a function for another process and finds a stored one
+    again (``saga.refs.Resolver``): handed in, so that the engine imports no code."""
+
+    compensation_retry: RetryPolicy  # for a compensation stored by reference
+    compensation_wait_in_place: float
+
+    def resolve(self, ref: str) -> Callable[..., Any]: ...
+
+    def reference(self, fn: object, role: str) -> str: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from saga.engine.effects import (
     WAIT,
     Branch,
     CancelInFlight,
+    CodeRefs,
     Fault,
     Finished,
     Flow,
@@ -43,7 +44,6 @@ from saga.engine.frontier import Frontier
 from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepWrite
-from saga.refs import Resolver
 from saga.status import SagaStatus, StepKind, StepStatus
 
 STOPPED = "stopped: cancel requested or deadline passed"
@@ -53,7 +53,7 @@ class Forward:
     """One forward run of a declarative saga's remaining steps."""
 
     def __init__(
-        self, saga: Saga, record: SagaRecord, payload_limit: int, resolver: Resolver
+        self, saga: Saga, record: SagaRecord, payload_limit: int, resolver: CodeRefs
     ) -> None:
         self.saga, self.record = saga, record
         self.payload_limit, self.resolver = payload_limit, resolver

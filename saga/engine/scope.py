@@ -17,7 +17,7 @@ from typing import Any
 from saga.codec import MAX_KEY_BYTES, check_name, decode, encode
 from saga.engine import records
 from saga.engine.attempts import StepResults
-from saga.engine.effects import Action
+from saga.engine.effects import Action, CodeRefs
 from saga.engine.forward import is_async
 from saga.errors import (
     INFRASTRUCTURE_ERRORS,
@@ -29,7 +29,6 @@ from saga.errors import (
 from saga.failure import recorded_failure
 from saga.policy import DEFAULT_STEP_RETRY, RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord, StepWrite
-from saga.refs import reference_of
 from saga.status import SagaStatus, StepKind, StepStatus
 from saga.typed import result_type_of, revive
 
@@ -94,6 +93,7 @@ class ScopeCore:
     def __init__(
         self,
         owner: str,
+        refs: CodeRefs,
         payload_limit: int,
         name: str,
         key: str | None,
@@ -103,6 +103,7 @@ class ScopeCore:
         if key is not None:
             check_name(key, "key", MAX_KEY_BYTES)
         self.owner = owner
+        self.refs = refs
         self.deadline = deadline
         self.payload_limit = payload_limit
         self.name = name
@@ -155,8 +156,8 @@ class ScopeCore:
         result_type: Any = None,
     ) -> PlannedStep | None:
         """Check and record the call; None when the step already succeeded (see ``result``)."""
-        action_ref = reference_of(fn, "step function")
-        undo_ref = None if compensate is None else reference_of(compensate, "compensation")
+        action_ref = self.refs.reference(fn, "step function")
+        undo_ref = None if compensate is None else self.refs.reference(compensate, "compensation")
         name = self.next_name(step_name or fn.__name__)
         check_name(name, "step name")
         arguments = encode(

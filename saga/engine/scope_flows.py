@@ -17,6 +17,7 @@ from saga.engine.effects import (
     Branch,
     CancelInFlight,
     Claim,
+    CodeRefs,
     Create,
     Fault,
     Find,
@@ -33,14 +34,13 @@ from saga.engine.group import Group, Member
 from saga.engine.scope import PlannedStep, ScopeCore, StepCall, bound
 from saga.errors import OperationRefusedError, SagaFailed
 from saga.ports import Event, SagaRecord
-from saga.refs import Resolver
 from saga.status import SagaStatus
 
 
 class ScopeFlows:
     """The flows of one context-manager saga (its state is ``core``)."""
 
-    def __init__(self, core: ScopeCore, resolver: Resolver, lease_ttl: float) -> None:
+    def __init__(self, core: ScopeCore, resolver: CodeRefs, lease_ttl: float) -> None:
         self.core = core
         self.resolver = resolver
         self.lease_ttl = lease_ttl

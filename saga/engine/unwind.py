@@ -28,6 +28,7 @@ from saga.engine.effects import (
     DRAINING,
     Action,
     Call,
+    CodeRefs,
     Fault,
     Flow,
     Load,
@@ -40,13 +41,12 @@ from saga.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga.failure import compensation_failed
 from saga.policy import RetryPolicy
 from saga.ports import Event, SagaRecord, StepRecord
-from saga.refs import Resolver
 from saga.result_types import Read
 from saga.status import SagaStatus
 
 
 def fail(
-    resolver: Resolver,
+    resolver: CodeRefs,
     record: SagaRecord,
     name: str,
     error: BaseException | str,
@@ -68,7 +68,7 @@ def fail(
 
 
 def cancelled(
-    resolver: Resolver, record: SagaRecord, saga: Saga | None, not_run: list[str]
+    resolver: CodeRefs, record: SagaRecord, saga: Saga | None, not_run: list[str]
 ) -> Flow[SagaFailed]:
     """Stop as the store asked (a cancel request or a passed deadline) and unwind;
     return what to raise. The saga ends ``cancelled`` or ``compensated``.
@@ -81,7 +81,7 @@ def cancelled(
 
 
 def unwound(
-    resolver: Resolver, record: SagaRecord, saga: Saga | None, name: str | None
+    resolver: CodeRefs, record: SagaRecord, saga: Saga | None, name: str | None
 ) -> Flow[SagaFailed]:
     """Unwind a saga that turned ``compensating`` because of step ``name`` (None: it was
     stopped); return what to raise."""
@@ -94,7 +94,7 @@ def unwound(
 
 
 def unwind(
-    resolver: Resolver, record: SagaRecord, saga: Saga | None, fresh: bool = False
+    resolver: CodeRefs, record: SagaRecord, saga: Saga | None, fresh: bool = False
 ) -> Flow[SagaRecord]:
     """Compensate every step that may have acted, newest first, then finish.
 
@@ -111,7 +111,7 @@ def unwind(
     return record
 
 
-def check_compensations(resolver: Resolver, record: SagaRecord, saga: Saga | None) -> None:
+def check_compensations(resolver: CodeRefs, record: SagaRecord, saga: Saga | None) -> None:
     """Resolve every compensation still to run: an untrusted stored reference is
     refused (``UnsafeReferenceError``) before any compensation runs."""
     for step in undo_stack(record):
@@ -131,7 +131,7 @@ class _Undoing(Cursor):
 
 
 def _undo(
-    resolver: Resolver, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool
+    resolver: CodeRefs, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool
 ) -> Flow[SagaRecord]:
     call, policy = compensation(resolver, record, step, saga)
     if call is None:
@@ -254,7 +254,7 @@ def _exhausted(
 
 
 def compensation(
-    resolver: Resolver, record: SagaRecord, step: StepRecord, saga: Saga | None
+    resolver: CodeRefs, record: SagaRecord, step: StepRecord, saga: Saga | None
 ) -> tuple[Action | None, RetryPolicy]:
     """Step ``step``'s compensation and its retry policy (None: nothing to call)."""
     if record.kind == "declarative":
