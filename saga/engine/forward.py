@@ -13,6 +13,7 @@ database gives are the completion order the unwinding follows.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import time
@@ -49,6 +50,55 @@ from saga.status import SagaStatus, StepKind, StepStatus
 STOPPED = "stopped: cancel requested or deadline passed"
 
 
+class Phase(enum.Enum):
+    """Where a forward run stands; it changes only by ``Phase.after`` (``_NEXT``)."""
+
+    GOING = "going"  # steps start as they become ready
+    CANCELLING = "cancelling"  # a stop was asked: nothing new starts, then it unwinds
+    FAILING = "failing"  # a step failed; the turn waits for a pivot in flight to end
+    TURNED = "turned"  # the failure and the turn to compensating are recorded
+
+    def after(self, cue: Cue) -> Phase:
+        """The phase ``cue`` leads to; a cue the table does not hold is a bug."""
+        return _NEXT[self, cue]
+
+
+class Cue(enum.Enum):
+    STOP_ASKED = "a cancel request or a passed deadline, no pivot having acted"
+    FAILED = "a step failed for good"
+    TURN_RECORDED = "the saga turned compensating in the failure's commit"
+    PIVOT_PASSED = "the pivot in flight when the stop came succeeded: forward only"
+
+
+class Carried:
+    """The completions not yet written: they ride with the next commit."""
+
+    def __init__(self) -> None:
+        self.writes: list[StepWrite] = []
+        self.events: list[Event] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.writes)
+
+    def add(self, write_: StepWrite, event: Event) -> None:
+        self.writes.append(write_)
+        self.events.append(event)
+
+    def take(self) -> tuple[list[StepWrite], list[Event]]:
+        """Everything carried, to commit now; nothing is carried afterwards."""
+        taken = self.writes, self.events
+        self.writes, self.events = [], []
+        return taken
+
+
+_NEXT = {
+    (Phase.GOING, Cue.STOP_ASKED): Phase.CANCELLING,
+    (Phase.GOING, Cue.FAILED): Phase.FAILING,
+    (Phase.FAILING, Cue.TURN_RECORDED): Phase.TURNED,
+    (Phase.CANCELLING, Cue.PIVOT_PASSED): Phase.GOING,
+}
+
+
 class Forward:
     """One forward run of a declarative saga's remaining steps."""
 
@@ -58,13 +108,13 @@ class Forward:
         self.saga, self.record = saga, record
         self.payload_limit, self.resolver = payload_limit, resolver
         self.frontier = Frontier(saga, record)
-        self.carried: list[StepWrite] = []
-        self.carried_events: list[Event] = []
+        self.carried = Carried()
         self.running: set[str] = set()
-        self.failure: tuple[str, BaseException | str] | None = None
-        self.turned = False
-        self.cancelled = False
-        self.draining = False  # the process is stopping: the saga is handed back, not run on
+        self.phase = Phase.GOING
+        self.failure: tuple[str, BaseException | str] | None = None  # once FAILING
+        # The process is stopping: no new step starts, the saga is handed back (apart
+        # from the phase: a failure or a stop request still unwinds).
+        self.draining = False
         self.not_run: list[str] = []
         self.completed: list[str] = []
 
@@ -91,7 +141,7 @@ class Forward:
                     self.draining = yield DRAINING  # stopping: no new step starts here
                 if self.draining:
                     if not self.running:
-                        raise (yield from hand_back(self.record, self.carried, self.carried_events))
+                        raise (yield from hand_back(self.record, *self.carried.take()))
                     yield from self._flush()  # what ended is durable while the rest ends
                 elif decision or self.carried:
                     yield from self._launch((yield from self._start(decision)))
@@ -101,17 +151,17 @@ class Forward:
 
     @property
     def _stopping(self) -> bool:
-        return self.failure is not None or self.cancelled
+        return self.phase is not Phase.GOING
 
     def _ahead(self) -> SagaRecord:
         """The record as it will be once the carried writes are committed."""
-        return records.ahead(self.record, self.carried)
+        return records.ahead(self.record, self.carried.writes)
 
     def _resumes_past_pivot(self) -> bool:
         """A stop request came while a pivot was in flight, and the pivot succeeded:
         the saga can only go forward now, so the request is ignored."""
-        if self.failure is None and self.cancelled and past_pivot(self._ahead()):
-            self.cancelled = False
+        if self.phase is Phase.CANCELLING and past_pivot(self._ahead()):
+            self.phase = self.phase.after(Cue.PIVOT_PASSED)
             return True
         return False
 
@@ -122,15 +172,13 @@ class Forward:
         starts, started = records.start_all(self.saga, before, steps)
         first = steps[0].name if steps else None
         yield Fault("before_start_commit", first)
-        self.record = yield from write(
-            self.record, [*self.carried, *starts], [*self.carried_events, *started]
-        )
+        writes, events = self.carried.take()
+        self.record = yield from write(self.record, [*writes, *starts], [*events, *started])
         yield Fault("after_start_commit", first)
-        self.carried, self.carried_events = [], []
         # A pivot that may have acted (even unconfirmed, before a crash) means forward
         # only: a cancel request or a passed deadline no longer unwinds.
         if self.record.stop and not may_have_acted(before):
-            self.cancelled = True
+            self.phase = self.phase.after(Cue.STOP_ASKED)
         if self._stopping:  # started but never run: marked skipped when unwinding
             self.not_run.extend(step.name for step in steps)
             return []
@@ -154,7 +202,7 @@ class Forward:
 
     def _collect_all(self, waited: Waited) -> Flow[None]:
         if waited.stop_requested and not self._stopping and not may_have_acted(self._ahead()):
-            self.cancelled = True  # nothing new starts; the steps in flight end first
+            self.phase = self.phase.after(Cue.STOP_ASKED)  # the steps in flight end first
             yield CancelInFlight(STOPPED)
         # Each branch wrote only its own step: their states enter the record at once.
         self.record = records.ahead(self.record, [StepWrite(f.step) for f in waited.finished])
@@ -181,14 +229,13 @@ class Forward:
             return
         else:
             write_, event = records.failed(self._ahead(), name, _text(finished.error))
-        self.carried.append(write_)
-        self.carried_events.append(event)
+        self.carried.add(write_, event)
 
     def _fail_first(self, name: str, error: BaseException | str) -> Flow[None]:
         """Record the first failure and turn ``compensating`` in one commit; cancel what
         may be cancelled. While a pivot may have acted the turn waits until the steps in
         flight ended: if the pivot succeeded, the saga can only end ``failed``."""
-        self.failure = (name, error)
+        self.phase, self.failure = self.phase.after(Cue.FAILED), (name, error)
         ahead = self._ahead()
         if may_have_acted(ahead):
             return
@@ -196,23 +243,21 @@ class Forward:
         text = _text(error)
         write_, event = records.failed(ahead, name, text, outcome_unknown=isinstance(error, str))
         turn = records.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
-        writes, events = [*self.carried, write_], [*self.carried_events, event, turn]
-        self.carried, self.carried_events = [], []
+        writes, events = self.carried.take()
+        writes, events = [*writes, write_], [*events, event, turn]
         self.record = yield from write(self.record, writes, events, SagaStatus.COMPENSATING, text)
-        self.turned = True
+        self.phase = self.phase.after(Cue.TURN_RECORDED)
 
     def _flush(self) -> Flow[None]:
         """Commit what the last completion left to write (while stopping: one commit each)."""
         if self.carried:
-            self.record = yield from write(self.record, self.carried, self.carried_events)
-            self.carried, self.carried_events = [], []
+            self.record = yield from write(self.record, *self.carried.take())
 
     def _complete(self) -> Flow[SagaRecord]:
         done = records.moved(self.record, SagaStatus.COMPLETED)
         yield Fault("before_final_commit")
-        record = yield from write(
-            self.record, self.carried, [*self.carried_events, done], SagaStatus.COMPLETED
-        )
+        writes, events = self.carried.take()
+        record = yield from write(self.record, writes, [*events, done], SagaStatus.COMPLETED)
         yield Fault("after_final_commit")
         return record
 
@@ -228,7 +273,7 @@ class Forward:
         if self.failure is None:
             return (yield from unwind.cancelled(resolver, self.record, self.saga, self.not_run))
         name, error = self.failure
-        if self.turned:
+        if self.phase is Phase.TURNED:
             failure = yield from unwind.unwound(resolver, self.record, self.saga, name)
         else:
             failure = yield from unwind.fail(resolver, self.record, name, error, self.saga)
