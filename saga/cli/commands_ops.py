@@ -19,13 +19,20 @@ from rich.progress import Progress
 
 from saga import admin, logs
 from saga.admin import maintenance
-from saga.cli.options import DemoDbUrl, JsonFlag, KeyOption, MaybeSagaId, NameOption, SagaId, app
+from saga.cli.options import (
+    DemoDbUrl,
+    JsonFlag,
+    KeyOption,
+    NameOption,
+    SagaId,
+    app,
+    naming_command,
+)
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import (
     FAILED,
     OK,
     Session,
-    named,
     printable,
     reporting,
     scrub,
@@ -126,55 +133,27 @@ def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], 
             render_standing(session, view)
 
 
-@app.command("compensate")
-def compensate_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("compensate")
+def compensate_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Unwind a saga now (refused past its pivot or once it finished)."""
-    ref = named(ctx, json_output, saga_id, key, name)
     _act(ctx, json_output, lambda coord: admin.compensate(coord, ref))
 
 
-@app.command("resume")
-def resume_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("resume")
+def resume_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Carry a stuck declarative saga forward now (needs --app)."""
-    ref = named(ctx, json_output, saga_id, key, name)
     _act(ctx, json_output, lambda coord: admin.resume(coord, ref))
 
 
-@app.command("cancel")
-def cancel_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("cancel")
+def cancel_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Stop a running saga at its next step boundary and unwind it."""
-    ref = named(ctx, json_output, saga_id, key, name)
     _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
 
 
-@app.command("retry-compensation")
-def retry_compensation_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("retry-compensation")
+def retry_compensation_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
-    ref = named(ctx, json_output, saga_id, key, name)
     _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, ref))
 
 

@@ -11,15 +11,7 @@ from typing import Annotated
 import typer
 
 from saga import admin
-from saga.cli.options import (
-    JsonFlag,
-    KeyOption,
-    MaybeSagaId,
-    NameOption,
-    SagaId,
-    WideFlag,
-    app,
-)
+from saga.cli.options import JsonFlag, SagaId, WideFlag, app, naming_command
 from saga.cli.render import (
     ListArgs,
     render_detail,
@@ -27,8 +19,7 @@ from saga.cli.render import (
     render_page,
     render_timeline,
 )
-from saga.cli.session import named, respond
-from saga.coordinator import Coordinator
+from saga.cli.session import respond
 from saga.ports import DEFAULT_LIST_LIMIT
 
 
@@ -88,40 +79,16 @@ def list_command(
     )
 
 
-@app.command("show")
-def show_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("show")
+def show_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """One saga: its input and success stack, with the in-doubt step and the pivot marked."""
-
-    ref = named(ctx, json_output, saga_id, key, name)
-
-    def show(coord: Coordinator) -> admin.SagaDetail:
-        return admin.show_saga(coord, ref)
-
-    respond(ctx, json_output, show, render_detail)
+    respond(ctx, json_output, lambda coord: admin.show_saga(coord, ref), render_detail)
 
 
-@app.command("history")
-def history_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("history")
+def history_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """The saga's events, oldest first, with timestamps and durations."""
-
-    ref = named(ctx, json_output, saga_id, key, name)
-
-    def history(coord: Coordinator) -> admin.Timeline:
-        return admin.saga_history(coord, ref)
-
-    respond(ctx, json_output, history, render_timeline)
+    respond(ctx, json_output, lambda coord: admin.saga_history(coord, ref), render_timeline)
 
 
 @app.command("diff")
