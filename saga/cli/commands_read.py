@@ -22,41 +22,49 @@ from saga.cli.render import (
 from saga.cli.session import respond
 from saga.ports import DEFAULT_LIST_LIMIT
 
+StatusFilter = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status",
+        "-s",
+        help="running, compensating, completed, compensated, "
+        "failed or cancelled; repeat or comma-separate.",
+        show_default=False,
+        metavar="STATUS",
+    ),
+]
+NameFilter = Annotated[
+    str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
+]
+KeyFilter = Annotated[
+    str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
+]
+StuckFlag = Annotated[
+    bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
+]
+AgeFilter = Annotated[
+    str | None,
+    typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
+]
+PageLimit = Annotated[
+    int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
+]
+PageBefore = Annotated[
+    str | None,
+    typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
+]
+
 
 @app.command("list")
 def list_command(
     ctx: typer.Context,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            "-s",
-            help="running, compensating, completed, compensated, "
-            "failed or cancelled; repeat or comma-separate.",
-            show_default=False,
-            metavar="STATUS",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
-    ] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
-    ] = None,
-    stuck: Annotated[
-        bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
-    ] = False,
-    older_than: Annotated[
-        str | None,
-        typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
-    ] = None,
-    limit: Annotated[
-        int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
-    ] = DEFAULT_LIST_LIMIT,
-    before: Annotated[
-        str | None,
-        typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
-    ] = None,
+    status: StatusFilter = None,
+    name: NameFilter = None,
+    key: KeyFilter = None,
+    stuck: StuckFlag = False,
+    older_than: AgeFilter = None,
+    limit: PageLimit = DEFAULT_LIST_LIMIT,
+    before: PageBefore = None,
     wide: WideFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
