@@ -10,13 +10,16 @@ unknown status, bad URL, unreachable database).
 
 The modules behind this one::
 
-    options        the typer apps and the shared options (--db, --app, --debug, --json, ID)
-    session        one invocation: its coordinator, output, errors and exit codes
-    render         tables and plain text for what the admin functions return
-    commands_read  list, show, history, diff
-    commands_ops   recover, the operator actions, worker, purge, demo
-    commands_db    db status, upgrade, downgrade: the schema's revision
-    command_web    web: the web console (saga.web) served by uvicorn
+    options         the typer apps and the shared options (--db, --app, --debug, --json, ID)
+    session         one invocation: its coordinator, output, errors and exit codes
+    render          tables and plain text for what the admin functions return
+    commands_read   list, show, history, diff
+    commands_ops    recover and the operator actions (compensate, resume, cancel, ...)
+    command_worker  worker: the recovery loop, its log, metrics and signals
+    command_purge   purge: delete finished sagas
+    command_demo    demo: three orders through a real saga
+    commands_db     db status, upgrade, downgrade: the schema's revision
+    command_web     web: the web console (saga.web) served by uvicorn
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ import typer
 # isort: off
 from saga.cli import commands_read  # noqa: F401
 from saga.cli import commands_ops  # noqa: F401
+from saga.cli import command_worker  # noqa: F401
+from saga.cli import command_purge  # noqa: F401
+from saga.cli import command_demo  # noqa: F401
 from saga.cli import commands_db  # noqa: F401
 from saga.cli import command_web  # noqa: F401
 

@@ -11,15 +11,7 @@ from typing import Annotated
 import typer
 
 from saga import admin
-from saga.cli.options import (
-    JsonFlag,
-    KeyOption,
-    MaybeSagaId,
-    NameOption,
-    SagaId,
-    WideFlag,
-    app,
-)
+from saga.cli.options import JsonFlag, SagaId, WideFlag, app, naming_command
 from saga.cli.render import (
     ListArgs,
     render_detail,
@@ -27,45 +19,52 @@ from saga.cli.render import (
     render_page,
     render_timeline,
 )
-from saga.cli.session import named, respond
-from saga.coordinator import Coordinator
+from saga.cli.session import respond
 from saga.ports import DEFAULT_LIST_LIMIT
+
+StatusFilter = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status",
+        "-s",
+        help="running, compensating, completed, compensated, "
+        "failed or cancelled; repeat or comma-separate.",
+        show_default=False,
+        metavar="STATUS",
+    ),
+]
+NameFilter = Annotated[
+    str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
+]
+KeyFilter = Annotated[
+    str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
+]
+StuckFlag = Annotated[
+    bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
+]
+AgeFilter = Annotated[
+    str | None,
+    typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
+]
+PageLimit = Annotated[
+    int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
+]
+PageBefore = Annotated[
+    str | None,
+    typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
+]
 
 
 @app.command("list")
 def list_command(
     ctx: typer.Context,
-    status: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--status",
-            "-s",
-            help="running, compensating, completed, compensated, "
-            "failed or cancelled; repeat or comma-separate.",
-            show_default=False,
-            metavar="STATUS",
-        ),
-    ] = None,
-    name: Annotated[
-        str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
-    ] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
-    ] = None,
-    stuck: Annotated[
-        bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
-    ] = False,
-    older_than: Annotated[
-        str | None,
-        typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
-    ] = None,
-    limit: Annotated[
-        int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
-    ] = DEFAULT_LIST_LIMIT,
-    before: Annotated[
-        str | None,
-        typer.Option("--before", help="The page after this id (see the last line).", metavar="ID"),
-    ] = None,
+    status: StatusFilter = None,
+    name: NameFilter = None,
+    key: KeyFilter = None,
+    stuck: StuckFlag = False,
+    older_than: AgeFilter = None,
+    limit: PageLimit = DEFAULT_LIST_LIMIT,
+    before: PageBefore = None,
     wide: WideFlag = False,
     json_output: JsonFlag = False,
 ) -> None:
@@ -88,40 +87,16 @@ def list_command(
     )
 
 
-@app.command("show")
-def show_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("show")
+def show_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """One saga: its input and success stack, with the in-doubt step and the pivot marked."""
-
-    ref = named(ctx, json_output, saga_id, key, name)
-
-    def show(coord: Coordinator) -> admin.SagaDetail:
-        return admin.show_saga(coord, ref)
-
-    respond(ctx, json_output, show, render_detail)
+    respond(ctx, json_output, lambda coord: admin.show_saga(coord, ref), render_detail)
 
 
-@app.command("history")
-def history_command(
-    ctx: typer.Context,
-    saga_id: MaybeSagaId = None,
-    key: KeyOption = None,
-    name: NameOption = None,
-    json_output: JsonFlag = False,
-) -> None:
+@naming_command("history")
+def history_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """The saga's events, oldest first, with timestamps and durations."""
-
-    ref = named(ctx, json_output, saga_id, key, name)
-
-    def history(coord: Coordinator) -> admin.Timeline:
-        return admin.saga_history(coord, ref)
-
-    respond(ctx, json_output, history, render_timeline)
+    respond(ctx, json_output, lambda coord: admin.saga_history(coord, ref), render_timeline)
 
 
 @app.command("diff")

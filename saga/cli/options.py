@@ -1,14 +1,18 @@
 """The ``saga`` typer apps and the options every command shares, each defined
-once: ``--db``, ``--app``, ``--debug``, ``--json`` and a saga ``ID``.
+once: ``--db``, ``--app``, ``--debug``, ``--json`` and a saga ``ID``; and
+:func:`naming_command`, for the commands that act on one saga named by ``ID``
+or ``--key``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
-from saga.cli.session import BAD_INPUT, Session, session_of
+from saga import admin
+from saga.cli.session import BAD_INPUT, Session, named, session_of
 
 app = typer.Typer(
     name="saga",
@@ -95,6 +99,33 @@ NameOption = Annotated[
         metavar="NAME",
     ),
 ]
+
+NamedHandler = Callable[[typer.Context, bool, admin.SagaRef], None]
+"""A command's body, given the ``--json`` flag and the saga its arguments name."""
+
+
+def naming_command(command: str) -> Callable[[NamedHandler], NamedHandler]:
+    """Register ``saga COMMAND [ID] [--key K [--name N]] [--json]``, with the handler's
+    docstring as its help. The handler gets the saga the arguments name, checked before
+    the database is opened (bad input changes nothing and touches nothing)."""
+
+    def register(handler: NamedHandler) -> NamedHandler:
+        # Not functools.wraps: typer would read the handler's signature through
+        # __wrapped__, and these options are the command's parameters.
+        def parsed(
+            ctx: typer.Context,
+            saga_id: MaybeSagaId = None,
+            key: KeyOption = None,
+            name: NameOption = None,
+            json_output: JsonFlag = False,
+        ) -> None:
+            handler(ctx, json_output, named(ctx, json_output, saga_id, key, name))
+
+        parsed.__doc__ = handler.__doc__
+        app.command(command)(parsed)
+        return handler
+
+    return register
 
 
 def _print_version(asked: bool) -> None:

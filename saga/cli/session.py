@@ -20,19 +20,15 @@ from rich.text import Text
 
 from saga import _secrets, admin
 from saga.coordinator import Coordinator
-from saga.errors import (
-    ConfigurationError,
-    OperationRefusedError,
-    SagaError,
-    SagaFailed,
-    StorageUnavailableError,
-    UnknownSagaError,
-)
-from saga.store import default_url
+
+# Re-exported: the CLI's names for them (the web console imports them from saga.explanation).
+from saga.explanation import BAD_INPUT as BAD_INPUT
+from saga.explanation import FAILED as FAILED
+from saga.explanation import OK as OK
+from saga.explanation import explain as explain
+from saga.explanation import scrub as scrub
 from saga.wording import printable as printable  # re-exported: the CLI's name for it
 from saga.wording import unsafe
-
-OK, FAILED, BAD_INPUT = 0, 1, 2
 
 
 @dataclasses.dataclass
@@ -237,32 +233,6 @@ def reporting(session: Session, json_output: bool = False) -> Iterator[None]:
             line = " ".join(printable(scrub(message, session.url)).split())
             session.err.print(f"saga: error: {line}", markup=False, style="red")
         raise typer.Exit(code) from None
-
-
-def explain(error: Exception) -> tuple[int, str]:
-    """The exit code for an error, and the line that tells the operator what to do."""
-    if isinstance(error, SagaFailed):
-        known = error.__cause__ is error.compensation_error  # the message says it already
-        cause = f": {error.__cause__}" if error.__cause__ and not known else ""
-        return FAILED, f"{error}{cause}; see `saga history {error.saga_id}`"
-    if isinstance(error, StorageUnavailableError):
-        return BAD_INPUT, (
-            f"cannot reach the database: {error}; check --db or $SAGA_DATABASE_URL "
-            "and that the server is up"
-        )
-    if isinstance(error, UnknownSagaError | ConfigurationError):
-        return BAD_INPUT, str(error)
-    if isinstance(error, OperationRefusedError):
-        return FAILED, f"refused: {error}"
-    if isinstance(error, SagaError):
-        return FAILED, str(error)
-    return FAILED, f"unexpected {type(error).__name__}: {error} (run with --debug for details)"
-
-
-def scrub(text: str, url: str | None) -> str:
-    """``text`` with every credential of the URL in use (or of ``$PGPASSWORD``) blanked,
-    should any message ever carry it (see ``saga._secrets``)."""
-    return _secrets.scrub(text, url or default_url())
 
 
 def shown_url(url: str) -> str:

@@ -17,7 +17,6 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from saga import admin
-from saga.cli.session import explain, scrub
 from saga.coordinator import Coordinator
 from saga.errors import (
     ConfigurationError,
@@ -26,6 +25,7 @@ from saga.errors import (
     StorageUnavailableError,
     UnknownSagaError,
 )
+from saga.explanation import explain, scrub
 from saga.ports import DEFAULT_LIST_LIMIT
 from saga.web import actions, saga_page
 from saga.web.list_page import COUNT_CAP, Filters, list_page
