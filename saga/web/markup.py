@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from saga.cli.session import printable
 from saga.codec import as_json_value
+from saga.wording import printable
 
 ROOT: contextvars.ContextVar[str] = contextvars.ContextVar("saga_web_root", default="")
 """Where the console is mounted (the ASGI ``root_path``), set per request.
