@@ -1,7 +1,7 @@
 """``async with coord.saga(...) as s: await s.step(...)``: the asyncio driver's scope.
 
-The same flows as ``SagaScope`` (:mod:`saga.engine.scope_flows`), run with the
-asyncio driver: async functions are awaited on the loop (and can be timed out
+The same face and flows as ``SagaScope`` (:mod:`saga.engine.scope_face`), run with
+the asyncio driver: async functions are awaited on the loop (and can be timed out
 and cancelled), sync ones run in a worker thread.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from saga.drivers.tasks import TaskDriver
 from saga.engine.core import Engine
-from saga.engine.scope import ScopeFace, StepCall, bound
-from saga.failure import raise_from_block
+from saga.engine.scope import StepCall, bound
+from saga.engine.scope_face import ScopeFace
 from saga.policy import RetryPolicy
 
 
@@ -34,10 +34,8 @@ class AsyncSagaScope(ScopeFace):
         key: str | None,
         deadline: float | None = None,
     ) -> None:
-        self._engine = coordinator.engine
+        super().__init__(coordinator.engine, name, key, deadline)
         self.driver = coordinator.driver
-        self._flows = self._engine.scope(name, key, deadline)
-        self._core = self._flows.core
 
     async def __aenter__(self) -> AsyncSagaScope:
         failure = await self.driver.run(self._engine.enter(self._flows))
@@ -59,14 +57,11 @@ class AsyncSagaScope(ScopeFace):
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited if async) as the next step;
         ``compensate(result, *args, **kwargs)`` undoes it."""
-        core = self._core
-        planned = core.plan(
-            fn, args, kwargs, compensate, transactional, retry, step_name, result_type
+        call = StepCall(
+            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
         )
-        if planned is None:
-            return core.result
         action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out
-        return await self.driver.run(self._flows.step(planned, action, timeout), shielded=True)
+        return await self.driver.run(self._flows.call(call, action), shielded=True)
 
     async def parallel(self, *calls: StepCall) -> list[Any]:
         """Run ``s.call(...)`` steps at once, as tasks; their results, in order.
@@ -83,9 +78,6 @@ class AsyncSagaScope(ScopeFace):
         traceback: TracebackType | None,
     ) -> None:
         try:
-            if error is None and self._core.failed_step is None:
-                await self.driver.run(self._flows.complete())
-            elif self._core.unwinds(error):
-                raise_from_block(await self.driver.run(self._flows.unwind(error)), error)
+            await self.driver.run(self._flows.leave(error))
         finally:
             await self.driver.run(self._flows.let_go())

@@ -1,8 +1,8 @@
 """``with coord.saga(name, key=...) as s: s.step(fn, ...)``: the thread driver's scope.
 
-A shell: ``ScopeCore`` (:mod:`saga.engine.scope`, its ``_core``) plans each call
-and :class:`~saga.engine.scope_flows.ScopeFlows` says what it does, entering with a
-key included; this class runs those flows with the coordinator's thread driver.
+A shell: :class:`~saga.engine.scope_face.ScopeFace` holds the saga's state and
+flows (entering with a key included, each call, leaving); this class runs them
+with the coordinator's thread driver.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from saga.drivers.threads import ThreadDriver
 from saga.engine.core import Engine
-from saga.engine.scope import ScopeFace, StepCall
-from saga.failure import raise_from_block
+from saga.engine.scope import StepCall
+from saga.engine.scope_face import ScopeFace
 from saga.policy import RetryPolicy
 
 
@@ -28,16 +28,10 @@ class SagaScope(ScopeFace):
     """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
 
     def __init__(
-        self,
-        coordinator: ScopeHost,
-        name: str,
-        key: str | None,
-        deadline: float | None = None,
+        self, coordinator: ScopeHost, name: str, key: str | None, deadline: float | None = None
     ) -> None:
-        self._engine = coordinator.engine
+        super().__init__(coordinator.engine, name, key, deadline)
         self.driver = coordinator.driver
-        self._flows = self._engine.scope(name, key, deadline)
-        self._core = self._flows.core
 
     def __enter__(self) -> SagaScope:
         failure = self.driver.run(self._engine.enter(self._flows))
@@ -61,14 +55,11 @@ class SagaScope(ScopeFace):
         undoes it. Both must be module-level functions and the arguments JSON values.
         A replayed step returns its recorded result as ``result_type`` (default: ``fn``'s
         return annotation, when it names a dataclass or a model; see ``saga.typed``)."""
-        core = self._core
-        planned = core.plan(
-            fn, args, kwargs, compensate, transactional, retry, step_name, result_type
+        call = StepCall(
+            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
         )
-        if planned is None:
-            return core.result
         action = lambda _context: fn(*args, **kwargs)  # noqa: E731 - sync, even for async fn
-        return self.driver.run(self._flows.step(planned, action, timeout))
+        return self.driver.run(self._flows.call(call, action))
 
     def parallel(self, *calls: StepCall) -> list[Any]:
         """Run ``s.call(...)`` steps at once, in threads; their results, in order.
@@ -86,9 +77,6 @@ class SagaScope(ScopeFace):
         traceback: TracebackType | None,
     ) -> None:
         try:
-            if error is None and self._core.failed_step is None:
-                self.driver.run(self._flows.complete())
-            elif self._core.unwinds(error):
-                raise_from_block(self.driver.run(self._flows.unwind(error)), error)
+            self.driver.run(self._flows.leave(error))
         finally:
             self.driver.run(self._flows.let_go())

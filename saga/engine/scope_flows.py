@@ -33,6 +33,7 @@ from saga.engine.forward import branch, is_async
 from saga.engine.group import Group, Member
 from saga.engine.scope import PlannedStep, ScopeCore, StepCall, bound
 from saga.errors import OperationRefusedError, SagaFailed
+from saga.failure import raise_from_block
 from saga.ports import Event, SagaRecord
 from saga.status import SagaStatus
 
@@ -65,6 +66,34 @@ class ScopeFlows:
             return record
         core.holding = yield Hold(record, lasting=True)
         return None
+
+    def call(self, call: StepCall, action: Action) -> Flow[Any]:
+        """``s.step(...)``: plan the call; its recorded result if a run before this one
+        did it, else run it as the next step."""
+        core = self.core
+        planned = core.plan(
+            call.fn,
+            call.args,
+            call.kwargs,
+            call.compensate,
+            call.transactional,
+            call.retry,
+            call.step_name,
+            call.result_type,
+        )
+        if planned is None:
+            return core.result
+        return (yield from self.step(planned, action, call.timeout))
+
+    def leave(self, error: BaseException | None) -> Flow[None]:
+        """Leaving the block: the saga completed, or (with ``error``, or after a failed
+        step) unwound and ``SagaFailed`` raised. The shell lets go of the lease after it,
+        whatever happened (a task cancelled meanwhile included)."""
+        core = self.core
+        if error is None and core.failed_step is None:
+            yield from self.complete()
+        elif core.unwinds(error):
+            raise_from_block((yield from self.unwind(error)), error)
 
     def step(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
         """``s.step(...)``: make its start durable, run its attempts, record its success."""
