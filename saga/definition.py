@@ -192,11 +192,7 @@ class Saga:
         Its result is read back (``ctx.results``, ``view.results``, ``ctx.result``) as
         ``result_type``, by default the function's return annotation when it names a
         dataclass or a pydantic model (see ``saga.typed``)."""
-        if pivot and retriable:
-            raise DefinitionError(f"saga {self.name!r}: a step cannot be both pivot and retriable")
-        kind = (
-            StepKind.PIVOT if pivot else StepKind.RETRIABLE if retriable else StepKind.COMPENSATABLE
-        )
+        kind = self._kind(pivot, retriable)
         default_retry = DEFAULT_RETRIABLE_RETRY if retriable else DEFAULT_STEP_RETRY
 
         def declare(action: StepFn) -> Step:
@@ -215,6 +211,14 @@ class Saga:
             return step
 
         return declare(fn) if fn is not None else declare
+
+    def _kind(self, pivot: bool, retriable: bool) -> StepKind:
+        """The kind a step's flags declare (at most one of them may be set)."""
+        if pivot and retriable:
+            raise DefinitionError(f"saga {self.name!r}: a step cannot be both pivot and retriable")
+        if pivot:
+            return StepKind.PIVOT
+        return StepKind.RETRIABLE if retriable else StepKind.COMPENSATABLE
 
     def dependencies(self) -> dict[str, tuple[str, ...]]:
         """Each step's prerequisites, with the implicit 'the step before' made explicit."""

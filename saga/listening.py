@@ -37,245 +37,49 @@ named an existing one).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import inspect
-import logging
-import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Iterable, Sequence
 
 from saga.context import StepContext
+from saga.delivery import Delivery, is_coroutine_function, scoped
 from saga.errors import LeaseLostError
-from saga.ports import Commit, Event, SagaRecord
+from saga.lifecycle import (
+    ATTEMPT_ENDS,
+    ATTEMPT_STARTS,
+    HOOKS,
+    SAGA_ENDS,
+    Listener,
+    SagaEvent,
+    error_parts,
+)
+from saga.record import Commit, Event, SagaRecord
 from saga.status import SagaStatus
 
-log = logging.getLogger("saga.listeners")
-
-T = TypeVar("T")
-
-Listener = Callable[["SagaEvent"], Any]
-"""A callable taking a :class:`SagaEvent`; a coroutine function is awaited."""
+__all__ = [
+    "ATTEMPT_ENDS",
+    "ATTEMPT_STARTS",
+    "DEFAULT_QUEUE_SIZE",
+    "HOOKS",
+    "SAGA_ENDS",
+    "Listener",
+    "Listeners",
+    "SagaEvent",
+    "error_parts",
+]
 
 DEFAULT_QUEUE_SIZE = 10_000
-
-ATTEMPT_ENDS = {
-    "step_succeeded": "step",
-    "attempt_failed": "step",
-    "step_failed": "step",
-    "step_in_doubt": "step",
-    "compensation_done": "undo",
-    "compensation_failed": "undo",
-    "compensation_attempt_failed": "undo",
-}
-"""The events that end an attempt, of a step (``"step"``) or of its compensation
-(``"undo"``): their ``duration`` runs from the matching one of :data:`ATTEMPT_STARTS`."""
-ATTEMPT_STARTS = {"step_started": "step", "compensation_started": "undo"}
-SAGA_ENDS = frozenset(
-    f"saga_{s.value}"
-    for s in (
-        SagaStatus.COMPLETED,
-        SagaStatus.COMPENSATED,
-        SagaStatus.FAILED,
-        SagaStatus.CANCELLED,
-    )
-)
-"""The events that end a saga."""
-
-HOOKS = ("wants", "step_scope enter", "step_scope exit", "event", "trace_context", "discard")
-"""The calls into a listener whose errors are counted apart (``Listeners.failures``)."""
-
-
-class SagaEvent(NamedTuple):
-    """One lifecycle event of one saga, as a listener is told it.
-
-    ``kind`` is the history's name for it (``saga_started``, ``step_started``,
-    ``attempt_failed``, ``compensation_done``, ``lease_claimed``,
-    ``operator_action``...) or ``retry_scheduled`` / ``lease_lost``.
-    ``status`` is the saga's status once the event was recorded; ``duration``
-    (seconds, measured by this process) is how long the attempt, compensation
-    or saga that the event ends took, when this process saw it start;
-    ``delay`` is a scheduled retry's wait. ``error_type`` and ``error_message``
-    describe the failure the event records, if any. A named tuple: cheap to
-    make, as one is made for every event.
-    """
-
-    kind: str
-    saga_id: str
-    saga_name: str
-    key: str | None
-    status: SagaStatus
-    epoch: int
-    step: str | None = None
-    attempt: int | None = None
-    at: float = 0.0
-    duration: float | None = None
-    delay: float | None = None
-    error_type: str | None = None
-    error_message: str | None = None
-    detail: dict[str, Any] | None = None
-    durable: bool = True
-    trace_context: str | None = None
-
-    @property
-    def short_id(self) -> str:
-        """The first 8 characters of the saga id: what a log line shows."""
-        return self.saga_id[:8]
-
-
-def error_parts(text: object) -> tuple[str | None, str | None]:
-    """("TypeName", "message") from a recorded error line ``"TypeName: message"``."""
-    if not isinstance(text, str) or not text:
-        return None, None
-    kind, sep, message = text.partition(": ")
-    if not sep or not kind.replace(".", "").replace("_", "").isalnum():
-        return None, text
-    return kind, message
-
-
-class _Delivery:
-    """One listener and how it is called: inline, or from its own thread."""
-
-    def __init__(self, listener: Listener, inline: bool, queue_size: int) -> None:
-        self.listener = listener
-        self.inline = inline
-        self.step_scope: Callable[[StepContext], Any] | None = getattr(listener, "step_scope", None)
-        self._wants: Callable[[str], bool] | None = getattr(listener, "wants", None)
-        self.trace_context: Callable[[str, str, str | None], str | None] | None = getattr(
-            listener, "trace_context", None
-        )
-        self.errors_by_hook: dict[str, int] = {}
-        self.dropped = 0
-        self._queue: queue.Queue[SagaEvent | None] | None = None
-        self._size = queue_size
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def errors(self) -> int:
-        return sum(self.errors_by_hook.values())
-
-    def failed(self, hook: str) -> None:
-        """Count what the listener's ``hook`` raised (call it in the ``except`` block);
-        the first error of each hook is logged with its traceback, later ones only
-        counted, so that a broken listener cannot flood the log."""
-        with self._lock:  # steps in several threads may fail in it at once
-            count = self.errors_by_hook.get(hook, 0) + 1
-            self.errors_by_hook[hook] = count
-        if count == 1:
-            log.exception(
-                "listener %r: %s raised (later errors of its %s are only counted)",
-                self.listener,
-                hook,
-                hook,
-            )
-
-    def wants(self, kind: str) -> bool:
-        """Whether the listener wants events of ``kind``; one whose ``wants`` raises is
-        told the event (its call is isolated too)."""
-        if self._wants is None:
-            return True
-        try:
-            return bool(self._wants(kind))
-        except Exception:  # a listener never changes a saga's outcome
-            self.failed("wants")
-            return True
-
-    def tell(self, event: SagaEvent) -> None:
-        if self.inline:
-            self._call(event)
-            return
-        try:
-            self._started().put_nowait(event)
-        except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1:
-                log.warning("listener %r falls behind: events dropped", self.listener)
-        except Exception:  # its thread could not start (out of threads): not the saga's
-            self.failed("event")
-
-    def _started(self) -> queue.Queue[SagaEvent | None]:
-        if self._queue is None:
-            with self._lock:
-                if self._queue is None:
-                    thread = threading.Thread(
-                        target=self._deliver, name="saga-listener", daemon=True
-                    )
-                    self._queue = queue.Queue(self._size)  # what the thread reads
-                    try:
-                        thread.start()
-                    except BaseException:  # no thread: the next event tries again
-                        self._queue = None
-                        raise
-                    self._thread = thread
-        return self._queue
-
-    def _deliver(self) -> None:
-        assert self._queue is not None
-        with asyncio.Runner() as runner:  # for a coroutine listener: its own event loop
-            while True:
-                event = self._queue.get()
-                try:
-                    if event is None:
-                        return
-                    self._call(event, runner)
-                finally:
-                    self._queue.task_done()
-
-    def _call(self, event: SagaEvent, runner: asyncio.Runner | None = None) -> None:
-        try:
-            outcome = self.listener(event)
-            if inspect.isawaitable(outcome):
-                assert runner is not None, "an inline listener cannot be a coroutine"
-                runner.run(_awaited(outcome))
-        except Exception:  # a listener never changes a saga's outcome
-            self.failed("event")
-
-    def called(self, hook: str, fn: Callable[..., T], *args: Any) -> T | None:
-        """``fn(*args)``, a call into the listener's ``hook``; None if it raised."""
-        try:
-            return fn(*args)
-        except Exception:  # a listener never changes a saga's outcome
-            self.failed(hook)
-            return None
-
-    def flush(self, deadline: float) -> bool:
-        if self._queue is None:
-            return True
-        done = self._queue.all_tasks_done
-        with done:
-            return done.wait_for(
-                lambda: self._queue is None or self._queue.unfinished_tasks == 0,
-                max(0.0, deadline - time.monotonic()),
-            )
-
-    def close(self, deadline: float) -> None:
-        if self._queue is None or self._thread is None:
-            return
-        with contextlib.suppress(queue.Full):
-            self._queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
-        self._thread.join(max(0.0, deadline - time.monotonic()))
-
-
-def _is_coroutine_function(listener: Listener) -> bool:
-    call = listener if inspect.isfunction(listener) else type(listener).__call__
-    return inspect.iscoroutinefunction(call) or inspect.iscoroutinefunction(listener)
-
-
-async def _awaited(outcome: Any) -> None:
-    await outcome
+"""How many events wait for a listener on its own thread before further ones are dropped."""
 
 
 class Listeners:
     """The listeners of one coordinator, and the clock of what they were told."""
 
     def __init__(self, listeners: Iterable[Listener] = (), queue_size: int = DEFAULT_QUEUE_SIZE):
-        self._deliveries: list[_Delivery] = []
-        self._scopes: list[_Delivery] = []  # those with a step_scope
-        self._tracers: list[_Delivery] = []  # those with a trace_context
+        self._deliveries: list[Delivery] = []
+        self._scopes: list[Delivery] = []  # those with a step_scope
+        self._tracers: list[Delivery] = []  # those with a trace_context
         self._queue_size = queue_size
         # saga id -> (step, 'step' | 'undo') or (None, 'saga') -> when this process saw it begin
         self._began: dict[str, dict[tuple[str | None, str], float]] = {}
@@ -294,9 +98,9 @@ class Listeners:
         if not callable(listener):
             raise TypeError(f"a listener must be callable, not {listener!r}")
         inline = bool(getattr(listener, "inline", False)) if inline is None else inline
-        if inline and _is_coroutine_function(listener):
+        if inline and is_coroutine_function(listener):
             raise TypeError(f"an inline listener cannot be a coroutine function: {listener!r}")
-        delivery = _Delivery(listener, inline, queue_size or self._queue_size)
+        delivery = Delivery(listener, inline, queue_size or self._queue_size)
         self._deliveries.append(delivery)
         if delivery.step_scope is not None:
             self._scopes.append(delivery)
@@ -434,7 +238,7 @@ class Listeners:
         """What the listeners enter around a step attempt or compensation."""
         if not self._scopes:
             return contextlib.nullcontext()
-        return _scoped(self._scopes, context)
+        return scoped(self._scopes, context)
 
     # -- ending ------------------------------------------------------------------------------
 
@@ -448,49 +252,3 @@ class Listeners:
         deadline = time.monotonic() + timeout
         for delivery in self._deliveries:
             delivery.close(deadline)
-
-
-@contextlib.contextmanager
-def _scoped(scopes: Sequence[_Delivery], context: StepContext) -> Iterator[None]:
-    """The listeners' scopes around one step attempt or compensation. Not an ExitStack:
-    a scope whose exit raised would replace the step's outcome with its error, and one
-    whose exit answered True would swallow the step's error; here neither can."""
-    entered = [(d, scope) for d in scopes if (scope := _entered(d, context)) is not None]
-    try:
-        yield
-    except BaseException as error:
-        _exited(entered, error)
-        raise
-    _exited(entered, None)
-
-
-def _entered(
-    delivery: _Delivery, context: StepContext
-) -> contextlib.AbstractContextManager[Any] | None:
-    """``delivery``'s scope of ``context``, entered (None: it raised, and is left out)."""
-    step_scope = delivery.step_scope
-    assert step_scope is not None
-    try:
-        scope: contextlib.AbstractContextManager[Any] = step_scope(context)
-        scope.__enter__()
-    except Exception:  # a listener never changes a saga's outcome
-        delivery.failed("step_scope enter")
-        return None
-    return scope
-
-
-def _exited(
-    entered: Sequence[tuple[_Delivery, contextlib.AbstractContextManager[Any]]],
-    error: BaseException | None,
-) -> None:
-    """Exit the scopes, newest first, each told the step's ``error`` (or None); what one
-    answers is ignored and what one raises counted, so the step's outcome stays its own."""
-    for delivery, scope in reversed(entered):
-        try:
-            if error is None:
-                scope.__exit__(None, None, None)
-            else:
-                scope.__exit__(type(error), error, error.__traceback__)
-        except Exception as raised:  # a listener never changes a saga's outcome
-            if raised is not error:  # a scope re-raising the step's own error is no fault
-                delivery.failed("step_scope exit")

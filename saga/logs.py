@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 from saga.context import _current
 from saga.errors import ConfigurationError
-from saga.listening import SagaEvent
+from saga.lifecycle import SagaEvent
 from saga.wording import describe_event, printable
 
 ENGINE = logging.getLogger("saga.engine")

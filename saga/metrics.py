@@ -58,6 +58,16 @@ class MetricsListener:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.namespace = namespace
         metric = _Factory(self.registry, namespace)
+        self._count(metric)
+        self._time(metric)
+        self.unrunnable = metric.gauge(
+            "unrunnable",
+            "Stuck sagas a worker leaves unclaimed: it has not their definition (version, "
+            "fingerprint) or may not import their compensations (saga worker sets it).",
+        )
+
+    def _count(self, metric: _Factory) -> None:
+        """The counters: what sagas, steps, compensations and claims came to."""
         self.started = metric.counter("sagas_started", "Sagas started.", "saga")
         self.ended = metric.counter("sagas_ended", "Sagas ended, by outcome.", "saga", "outcome")
         self.attempts = metric.counter(
@@ -79,6 +89,9 @@ class MetricsListener:
         self.leases_lost = metric.counter(
             "leases_lost", "Sagas whose lease this process lost to another.", "saga"
         )
+
+    def _time(self, metric: _Factory) -> None:
+        """The histograms: how long sagas, attempts, compensations and recoveries took."""
         self.saga_seconds = metric.histogram(
             "saga_duration_seconds", "Saga duration in this process, by outcome.", "saga", "outcome"
         )
@@ -87,13 +100,6 @@ class MetricsListener:
         )
         self.compensation_seconds = metric.histogram(
             "compensation_duration_seconds", "Compensation attempt duration.", "saga", "step"
-        )
-        self.unrunnable = Gauge(
-            "unrunnable",
-            "Stuck sagas a worker leaves unclaimed: it has not their definition (version, "
-            "fingerprint) or may not import their compensations (saga worker sets it).",
-            namespace=namespace,
-            registry=self.registry,
         )
         self.recovery_wait = metric.histogram(
             "recovery_wait_seconds",
@@ -168,6 +174,9 @@ class _Factory:
 
     def counter(self, name: str, doc: str, *labels: str) -> Counter:
         return Counter(name, doc, labels, namespace=self.namespace, registry=self.registry)
+
+    def gauge(self, name: str, doc: str) -> Gauge:
+        return Gauge(name, doc, namespace=self.namespace, registry=self.registry)
 
     def histogram(self, name: str, doc: str, *labels: str) -> Histogram:
         return Histogram(

@@ -31,7 +31,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from saga.context import StepContext
-from saga.listening import ATTEMPT_ENDS, ATTEMPT_STARTS, SAGA_ENDS, SagaEvent
+from saga.lifecycle import ATTEMPT_ENDS, ATTEMPT_STARTS, SAGA_ENDS, SagaEvent
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _CLAIMS = frozenset(["lease_claimed", "operator_action"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 
@@ -72,9 +72,20 @@ def _failed_text(event: Described) -> str:
 def describe_event(event: Described) -> str:
     """An event as one line of plain English."""
     detail = event.detail or {}
+    texts = _texts(event, detail)
+    if event.kind in texts:
+        return texts[event.kind]()
+    if event.kind.startswith("saga_"):
+        reason = detail.get("reason")
+        return f"saga {event.kind[5:]}" + (f" ({reason})" if reason else "")
+    return f"{event.kind} {detail}" if detail else event.kind
+
+
+def _texts(event: Described, detail: Mapping[str, Any]) -> dict[str, Callable[[], str]]:
+    """How each kind of event is told, made only when asked for (a lambda each)."""
     step, attempt = event.step, event.attempt
     error = detail.get("error")
-    texts: dict[str, Callable[[], str]] = {
+    return {
         "saga_started": lambda: "saga started",
         "step_started": lambda: f"step {step} started (attempt {attempt})",
         "attempt_failed": lambda: f"step {step} {attempt_failed_text(event)}",
@@ -104,12 +115,6 @@ def describe_event(event: Described) -> str:
             f"lease handed back ({detail.get('why', 'released')}): any process may take it"
         ),
     }
-    if event.kind in texts:
-        return texts[event.kind]()
-    if event.kind.startswith("saga_"):
-        reason = detail.get("reason")
-        return f"saga {event.kind[5:]}" + (f" ({reason})" if reason else "")
-    return f"{event.kind} {detail}" if detail else event.kind
 
 
 def _compensated_text(event: Described) -> str:

@@ -16,98 +16,125 @@ the client no more parsing than a single step.
 from __future__ import annotations
 
 import functools
-import json
+import operator
 import typing
+from collections.abc import Iterable
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Boolean, Engine, Float, Integer, String, Table
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from saga.errors import StorageError, StorageUnavailableError
-from saga.ports import Commit, SagaRecord, StepRecord, StepWrite
+from saga.ports import Commit, SagaRecord, StepWrite
 
+from . import tables as t
 from .messages import first_line
+from .rows import (
+    EVENT_COLUMNS,
+    INSTANCE_COLUMNS,
+    STEP_COLUMNS,
+    STEP_UPDATE_COLUMNS,
+    event_values,
+    fence_values,
+    instance_values,
+    step_values,
+)
 
 _NOW = "extract(epoch from clock_timestamp())::float8"
 _FENCED = "EXISTS (SELECT 1 FROM fence)"
 
-_STEP_COLUMNS = (
-    "seq int, name text, status text, attempt int, kind text, transactional bool, "
-    "action_ref text, compensation_ref text, args text, input_digest text, result text, "
-    "output_digest text, error text, undo_attempt int"
-)
-_UPDATE_COLUMNS = (
-    "seq int, status text, attempt int, undo_attempt int, result text, output_digest text, "
-    "error text, start bool, finish bool"
-)
-_EVENT_COLUMNS = "kind text, step text, attempt int, detail text"
+_Columns = tuple[tuple[str, str], ...]
+"""Columns as (name, PostgreSQL type): each parameter is cast to its column's type."""
 
 
-def _unnest(prefix: str, columns: str) -> str:
+def _typed(table: Table, names: Iterable[str]) -> _Columns:
+    """``names`` with the PostgreSQL types ``table`` declares them with."""
+    return tuple((name, _pg_type(table.c[name].type)) for name in names)
+
+
+def _pg_type(kind: TypeEngine[Any]) -> str:
+    if isinstance(kind, TypeDecorator):  # SQLModel's str columns: a VARCHAR underneath
+        kind = kind.impl_instance
+    for python, sql in ((Boolean, "bool"), (Integer, "int"), (Float, "float8"), (String, "text")):
+        if isinstance(kind, python):
+            return sql
+    raise TypeError(f"no PostgreSQL type for {kind!r}")
+
+
+_INSTANCE_COLUMNS = _typed(t.instances, INSTANCE_COLUMNS)
+_STEP_COLUMNS = _typed(t.steps, STEP_COLUMNS)
+_STAMPS = (("start", "bool"), ("finish", "bool"))  # set the step's time column to now
+_UPDATE_COLUMNS = _typed(t.steps, ("seq", *STEP_UPDATE_COLUMNS)) + _STAMPS
+_EVENT_COLUMNS = _typed(t.events, EVENT_COLUMNS[1:])  # all but saga_id, the commit's
+assert EVENT_COLUMNS[0] == "saga_id"
+
+
+def _names(columns: _Columns) -> str:
+    return ", ".join(name for name, _ in columns)
+
+
+def _unnest(prefix: str, columns: _Columns) -> str:
     """``unnest(%(p_a)s::int[], ...) AS v(a, ...)``: one array parameter per column, so
     the SQL text is the same whatever the number of rows."""
-    arrays, names = [], []
-    for part in columns.split(", "):
-        name, kind = part.split()
-        arrays.append(f"%({prefix}_{name})s::{kind}[]")
-        names.append(name)
-    return f"unnest({', '.join(arrays)}) AS v({', '.join(names)})"
+    arrays = ", ".join(f"%({prefix}_{name})s::{kind}[]" for name, kind in columns)
+    return f"unnest({arrays}) AS v({_names(columns)})"
 
 
-_EVENT_ROW_COLUMNS = "kind text, step text, attempt int, epoch int, detail text"
+def _values(prefix: str, columns: _Columns, count: int) -> str:
+    """``(VALUES (%(p0_a)s::int, ...), ...) AS v(a, ...)``: ``count`` rows of typed
+    placeholders, one per cell."""
+    rows = ", ".join(_row(f"{prefix}{i}", columns) for i in range(count))
+    return f"(VALUES {rows}) AS v({_names(columns)})"
 
 
-def _column_names(columns: str) -> str:
-    """``"a int, b text"`` -> ``"a, b"``."""
-    return ", ".join(part.split()[0] for part in columns.split(", "))
-
-
-def _row(prefix: str, columns: str) -> str:
+def _row(prefix: str, columns: _Columns) -> str:
     """A VALUES row of typed placeholders, ``%(prefix_column)s::type``."""
-    cells = []
-    for part in columns.split(", "):
-        name, kind = part.split()
-        cells.append(f"%({prefix}_{name})s::{kind}")
-    return "(" + ", ".join(cells) + ")"
+    return "(" + ", ".join(f"%({prefix}_{name})s::{kind}" for name, kind in columns) + ")"
+
+
+def _insert(name: str, table: str, own: dict[str, str], columns: _Columns, rows: str) -> str:
+    """``name AS (INSERT ...)``: ``rows`` (VALUES or unnest, as ``v``) with the columns
+    the commit fills itself (``own``: column -> SQL), only if the fence matched."""
+    return (
+        f"{name} AS (INSERT INTO {table} ({', '.join(own)}, {_names(columns)}) "
+        f"SELECT {', '.join(own.values())}, v.* FROM {rows} WHERE {_FENCED})"
+    )
+
+
+_STEP_OWN = {"saga_id": "%(id)s", "commit_token": "%(token)s", "started_at": _NOW}
+_EVENT_OWN = {"saga_id": "%(id)s", "at": _NOW}
+
+
+def _step_insert_rows(count: int) -> str:
+    return _insert(
+        "ins", "saga_steps", _STEP_OWN, _STEP_COLUMNS, _values("i", _STEP_COLUMNS, count)
+    )
+
+
+def _event_insert_rows(count: int) -> str:
+    rows = _values("e", _EVENT_COLUMNS, count)
+    return _insert("ev", "saga_events", _EVENT_OWN, _EVENT_COLUMNS, rows)
 
 
 def _step_update_row(i: int) -> str:
     p = f"u{i}"
+    changed = "".join(
+        f"{name} = %({p}_{name})s::{kind}, " for name, kind in _typed(t.steps, STEP_UPDATE_COLUMNS)
+    )
     return (
-        f"u{i} AS (UPDATE saga_steps SET status = %({p}_status)s, attempt = %({p}_attempt)s::int, "
-        f"undo_attempt = %({p}_undo_attempt)s::int, result = %({p}_result)s::text, "
-        f"output_digest = %({p}_output_digest)s::text, error = %({p}_error)s::text, "
-        "commit_token = %(token)s, "
+        f"u{i} AS (UPDATE saga_steps SET {changed}commit_token = %(token)s, "
         f"started_at = CASE WHEN %({p}_start)s::bool THEN {_NOW} ELSE started_at END, "
         f"finished_at = CASE WHEN %({p}_finish)s::bool THEN {_NOW} ELSE finished_at END "
         f"WHERE saga_id = %(id)s AND seq = %({p}_seq)s::int AND {_FENCED})"
     )
 
 
-def _step_insert_rows(count: int) -> str:
-    rows = ", ".join(_row(f"i{i}", _STEP_COLUMNS) for i in range(count))
-    names = _column_names(_STEP_COLUMNS)
-    return (
-        f"ins AS (INSERT INTO saga_steps (saga_id, commit_token, {names}, started_at) "
-        f"SELECT %(id)s, %(token)s, v.*, {_NOW} "
-        f"FROM (VALUES {rows}) AS v({names}) WHERE {_FENCED})"
-    )
-
-
-def _event_insert_rows(count: int) -> str:
-    rows = ", ".join(_row(f"e{i}", _EVENT_ROW_COLUMNS) for i in range(count))
-    names = _column_names(_EVENT_ROW_COLUMNS)
-    return (
-        f"ev AS (INSERT INTO saga_events (saga_id, at, {names}) SELECT %(id)s, {_NOW}, v.* "
-        f"FROM (VALUES {rows}) AS v({names}) WHERE {_FENCED})"
-    )
-
-
 _STEP_UPDATES = (
-    "upd AS (UPDATE saga_steps s SET status = v.status, attempt = v.attempt, "
-    "undo_attempt = v.undo_attempt, result = v.result, output_digest = v.output_digest, "
-    f"error = v.error, commit_token = %(token)s, "
+    "upd AS (UPDATE saga_steps s SET "
+    + "".join(f"{name} = v.{name}, " for name in STEP_UPDATE_COLUMNS)
+    + "commit_token = %(token)s, "
     f"started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
     f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END "
     f"FROM {_unnest('u', _UPDATE_COLUMNS)} "
@@ -116,15 +143,9 @@ _STEP_UPDATES = (
     "WHERE s.saga_id = %(id)s AND s.seq = ANY(%(u_seq)s::int[]) AND s.seq = v.seq "
     f"AND {_FENCED})"
 )
-_STEP_INSERTS = (
-    "ins AS (INSERT INTO saga_steps "
-    f"(saga_id, commit_token, {_column_names(_STEP_COLUMNS)}, started_at) "
-    f"SELECT %(id)s, %(token)s, v.*, {_NOW} FROM {_unnest('i', _STEP_COLUMNS)} WHERE {_FENCED})"
-)
-_EVENT_INSERTS = (
-    f"ev AS (INSERT INTO saga_events (saga_id, at, epoch, {_column_names(_EVENT_COLUMNS)}) "
-    f"SELECT %(id)s, {_NOW}, %(epoch)s::int, v.* FROM {_unnest('e', _EVENT_COLUMNS)} "
-    f"WHERE {_FENCED})"
+_STEP_INSERTS = _insert("ins", "saga_steps", _STEP_OWN, _STEP_COLUMNS, _unnest("i", _STEP_COLUMNS))
+_EVENT_INSERTS = _insert(
+    "ev", "saga_events", _EVENT_OWN, _EVENT_COLUMNS, _unnest("e", _EVENT_COLUMNS)
 )
 
 _FENCE = (
@@ -138,13 +159,12 @@ _FENCE = (
 )
 
 _CREATE = (
-    "fence AS (INSERT INTO saga_instances (id, name, key, kind, status, input, version, "
-    "fingerprint, trace_context, owner, epoch, deadline, cancel_requested, created_at, "
-    "updated_at, lease_expires_at, commit_token) "
-    "VALUES (%(id)s, %(name)s, %(key)s, %(kind)s, %(status)s, %(input)s, %(version)s, "
-    "%(fingerprint)s, %(trace_context)s, "
-    f"%(owner)s, %(epoch)s::int, {_NOW} + %(deadline)s::float8, false, {_NOW}, {_NOW}, "
-    f"{_NOW} + %(ttl)s::float8, %(token)s) ON CONFLICT DO NOTHING RETURNING false AS stop)"
+    f"fence AS (INSERT INTO saga_instances ({_names(_INSTANCE_COLUMNS)}, "
+    "deadline, created_at, updated_at, lease_expires_at, commit_token) "
+    f"VALUES ({', '.join(f'%({name})s::{kind}' for name, kind in _INSTANCE_COLUMNS)}, "
+    f"{_NOW} + %(deadline)s::float8, {_NOW}, "
+    f"{_NOW}, {_NOW} + %(ttl)s::float8, %(token)s) "
+    "ON CONFLICT DO NOTHING RETURNING false AS stop)"
 )
 
 
@@ -176,32 +196,14 @@ def commit_sql(change: Commit) -> tuple[str, dict[str, Any]]:
     is indexed, and leaving it unchanged lets PostgreSQL update the row in place
     (a HOT update) instead of adding an entry to every index.
     """
-    params: dict[str, Any] = {
-        "id": change.saga_id,
-        "epoch": change.epoch,
-        "token": change.token,
-        "release": change.release,
-        "release_for": change.release_for,
-        "status": None if change.status is None else change.status.value,
-        "error": change.error,
-    }
+    params = fence_values(change)
     return _with_body(_FENCE, change, params), params
 
 
 def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[str, dict[str, Any]]:
     """The statement and parameters inserting ``saga`` with its first commit."""
     params: dict[str, Any] = {
-        "id": saga.id,
-        "name": saga.name,
-        "key": saga.key,
-        "kind": saga.kind,
-        "status": saga.status.value,
-        "input": saga.input,
-        "version": saga.version,
-        "fingerprint": saga.fingerprint,
-        "trace_context": saga.trace_context,
-        "owner": saga.owner,
-        "epoch": saga.epoch,
+        **instance_values(saga),
         "deadline": saga.deadline,
         "ttl": lease_ttl,
         "token": first.token,
@@ -210,15 +212,12 @@ def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[str, 
 
 
 def _with_body(head: str, change: Commit, params: dict[str, Any]) -> str:
-    updates = [w for w in change.steps if not w.new]
-    inserts = [w.step for w in change.steps if w.new]  # new steps are always "started"
-    events = [
-        (e.kind, e.step, e.attempt, None if e.detail is None else _json(e.detail))
-        for e in change.events
-    ]
-    _put("u", [_update_row(w) for w in updates], _UPDATE_COLUMNS, params)
-    _put("i", [_insert_row(step) for step in inserts], _STEP_COLUMNS, params)
-    _put("e", events, _EVENT_COLUMNS, params, epoch=change.epoch)
+    updates = [_update_row(w) for w in change.steps if not w.new]
+    inserts = [_step_cells(step_values(w.step)) for w in change.steps if w.new]  # "started"
+    events = [_event_cells(event_values(change.saga_id, change.epoch, e)) for e in change.events]
+    _put("u", updates, _UPDATE_COLUMNS, params)
+    _put("i", inserts, _STEP_COLUMNS, params)
+    _put("e", events, _EVENT_COLUMNS, params)
     counts = (len(updates), len(inserts), len(events))
     return statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts))
 
@@ -232,11 +231,7 @@ def prepared(params: dict[str, Any]) -> bool | None:
 
 
 def _put(
-    prefix: str,
-    rows: list[tuple[Any, ...]],
-    columns: str,
-    params: dict[str, Any],
-    epoch: int | None = None,
+    prefix: str, rows: list[tuple[Any, ...]], columns: _Columns, params: dict[str, Any]
 ) -> None:
     """Bind ``rows``: one parameter per cell when few, one array per column when many."""
     if len(rows) > SMALL:
@@ -244,61 +239,31 @@ def _put(
         return
     for i, row in enumerate(rows):
         params.update(zip(_keys(prefix, i, columns), row, strict=True))
-        if epoch is not None:
-            params[f"{prefix}{i}_epoch"] = epoch
 
 
 @functools.cache
-def _keys(prefix: str, i: int, columns: str) -> tuple[str, ...]:
+def _keys(prefix: str, i: int, columns: _Columns) -> tuple[str, ...]:
     """The parameter names of row ``i``'s cells (computed once: this is the hot path)."""
-    return tuple(f"{prefix}{i}_{name}" for name in _column_names(columns).split(", "))
+    return tuple(f"{prefix}{i}_{name}" for name, _ in columns)
 
 
-def _columns(prefix: str, rows: list[tuple[Any, ...]], columns: str) -> dict[str, list[Any]]:
+def _columns(prefix: str, rows: list[tuple[Any, ...]], columns: _Columns) -> dict[str, list[Any]]:
     """Rows turned into one list per column, named as :func:`_unnest` expects."""
-    names = [part.split()[0] for part in columns.split(", ")]
     return {
         f"{prefix}_{name}": list(values)
-        for name, values in zip(names, zip(*rows, strict=True), strict=True)
+        for (name, _), values in zip(columns, zip(*rows, strict=True), strict=True)
     }
 
 
+# A row's cells, in its columns' order, from the values every write path binds.
+_step_cells = operator.itemgetter(*STEP_COLUMNS)
+_step_update_cells = operator.itemgetter("seq", *STEP_UPDATE_COLUMNS)
+_event_cells = operator.itemgetter(*EVENT_COLUMNS[1:])
+
+
 def _update_row(write: StepWrite) -> tuple[Any, ...]:
-    step = write.step
-    return (
-        step.seq,
-        step.status.value,
-        step.attempt,
-        step.undo_attempt,
-        step.result,
-        step.output_digest,
-        step.error,
-        write.stamp == "started",
-        write.stamp == "finished",
-    )
-
-
-def _insert_row(step: StepRecord) -> tuple[Any, ...]:
-    return (
-        step.seq,
-        step.name,
-        step.status.value,
-        step.attempt,
-        step.kind.value,
-        step.transactional,
-        step.action_ref,
-        step.compensation_ref,
-        step.args,
-        step.input_digest,
-        step.result,
-        step.output_digest,
-        step.error,
-        step.undo_attempt,
-    )
-
-
-def _json(detail: dict[str, Any]) -> str:
-    return json.dumps(detail, sort_keys=True)
+    stamps = (write.stamp == "started", write.stamp == "finished")
+    return typing.cast("tuple[Any, ...]", _step_update_cells(step_values(write.step))) + stamps
 
 
 class PostgresHotPath:

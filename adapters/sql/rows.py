@@ -10,15 +10,37 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import Row
+from sqlalchemy import Row, Table
 
 from saga.errors import CorruptRecordError
-from saga.ports import Event, EventRecord, SagaRecord, StepRecord
+from saga.ports import Commit, Event, EventRecord, SagaRecord, StepRecord
 from saga.status import SagaStatus, StepKind, StepStatus
+
+from . import tables as t
+
+
+def _filled(table: Table, *by_writer: str) -> tuple[str, ...]:
+    """``table``'s columns, in its order, but ``by_writer``: those each write path fills
+    in itself (the database's times, the commit token, the saga a row belongs to)."""
+    return tuple(column.name for column in table.columns if column.name not in by_writer)
+
+
+INSTANCE_COLUMNS = _filled(
+    t.instances, "created_at", "updated_at", "lease_expires_at", "deadline", "commit_token", "error"
+)
+"""The columns of a new saga row that :func:`instance_values` fills. Its deadline is
+relative until then (seconds from the database's now); a new saga has no error."""
+STEP_COLUMNS = _filled(t.steps, "saga_id", "started_at", "finished_at", "commit_token")
+"""The columns of a step row that :func:`step_values` fills."""
+STEP_UPDATE_COLUMNS = ("status", "attempt", "undo_attempt", "result", "output_digest", "error")
+"""What writing a recorded step again changes, with its commit token and times: its
+outcome so far, never what declared it (name, kind, references, arguments)."""
+EVENT_COLUMNS = _filled(t.events, "id", "at")
+"""The columns of an event row that :func:`event_values` fills."""
 
 
 def instance_values(saga: SagaRecord) -> dict[str, Any]:
-    """The columns of a new saga row (times are the database's, added by the caller)."""
+    """The :data:`INSTANCE_COLUMNS` of a new saga row."""
     return {
         "id": saga.id,
         "name": saga.name,
@@ -31,13 +53,12 @@ def instance_values(saga: SagaRecord) -> dict[str, Any]:
         "trace_context": saga.trace_context,
         "owner": saga.owner,
         "epoch": saga.epoch,
-        "deadline": saga.deadline,
         "cancel_requested": False,
     }
 
 
 def step_values(step: StepRecord) -> dict[str, Any]:
-    """The columns of a step row, but its saga, its commit token and its times."""
+    """The :data:`STEP_COLUMNS` of a step row."""
     return {
         "seq": step.seq,
         "name": step.name,
@@ -57,7 +78,7 @@ def step_values(step: StepRecord) -> dict[str, Any]:
 
 
 def event_values(saga_id: str, epoch: int | None, event: Event) -> dict[str, Any]:
-    """The columns of an event row, but its time; the detail as sorted JSON."""
+    """The :data:`EVENT_COLUMNS` of an event row; the detail as sorted JSON."""
     detail = None if event.detail is None else json.dumps(event.detail, sort_keys=True)
     return {
         "saga_id": saga_id,
@@ -66,6 +87,20 @@ def event_values(saga_id: str, epoch: int | None, event: Event) -> dict[str, Any
         "attempt": event.attempt,
         "epoch": epoch,
         "detail": detail,
+    }
+
+
+def fence_values(change: Commit) -> dict[str, Any]:
+    """The parameters of a commit's fenced update of its saga row, as both hot paths
+    name them (the portable path builds its update from the same fields)."""
+    return {
+        "id": change.saga_id,
+        "epoch": change.epoch,
+        "token": change.token,
+        "release": change.release,
+        "release_for": change.release_for,
+        "status": None if change.status is None else change.status.value,
+        "error": change.error,
     }
 
 

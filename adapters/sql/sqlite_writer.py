@@ -11,7 +11,8 @@ the fenced update of the saga row comes first, and when it matches nothing the
 transaction is rolled back with nothing written.
 
 The database clock is ``(julianday('now') - 2440587.5) * 86400.0``, written
-out in each statement (SQLite fixes 'now' for the length of one statement).
+out in each statement (SQLite fixes 'now' for the length of one statement). The
+statements are built once, at import, from the columns :mod:`.rows` names.
 """
 
 from __future__ import annotations
@@ -27,61 +28,68 @@ from saga.errors import StorageError, StorageUnavailableError
 from saga.ports import Commit, SagaRecord, StepWrite
 
 from .messages import first_line, masked
-from .rows import event_values, instance_values, step_values
+from .rows import (
+    EVENT_COLUMNS,
+    INSTANCE_COLUMNS,
+    STEP_COLUMNS,
+    STEP_UPDATE_COLUMNS,
+    event_values,
+    fence_values,
+    instance_values,
+    step_values,
+)
 
 T = TypeVar("T")
 
+_NOW = "(julianday('now') - 2440587.5) * 86400.0"
+
+
+def _names(columns: tuple[str, ...]) -> str:
+    return ", ".join(columns)
+
+
+def _binds(columns: tuple[str, ...]) -> str:
+    return ", ".join(f":{name}" for name in columns)
+
+
 _CREATE = (
-    "INSERT INTO saga_instances (id, name, key, kind, status, input, version, fingerprint, "
-    "trace_context, owner, epoch, deadline, cancel_requested, created_at, updated_at, "
-    "lease_expires_at, commit_token) "
-    "VALUES (:id, :name, :key, :kind, :status, :input, :version, :fingerprint, "
-    ":trace_context, :owner, :epoch, "
-    "(julianday('now') - 2440587.5) * 86400.0 + :deadline, :cancel_requested, "
-    "(julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0, "
-    "(julianday('now') - 2440587.5) * 86400.0 + :ttl, :token) "
+    f"INSERT INTO saga_instances ({_names(INSTANCE_COLUMNS)}, "
+    "deadline, created_at, updated_at, lease_expires_at, commit_token) "
+    f"VALUES ({_binds(INSTANCE_COLUMNS)}, "
+    f"{_NOW} + :deadline, {_NOW}, {_NOW}, {_NOW} + :ttl, :token) "
     "ON CONFLICT DO NOTHING"
 )
 
 # Released (terminal): no owner, the lease expired at once. Otherwise the lease is
 # left alone: the heartbeat renews it.
 _FENCE = (
-    "UPDATE saga_instances SET updated_at = (julianday('now') - 2440587.5) * 86400.0, "
-    "commit_token = :token, "
-    "lease_expires_at = CASE WHEN :release "
-    "THEN (julianday('now') - 2440587.5) * 86400.0 + :release_for ELSE lease_expires_at END, "
+    f"UPDATE saga_instances SET updated_at = {_NOW}, commit_token = :token, "
+    f"lease_expires_at = CASE WHEN :release THEN {_NOW} + :release_for ELSE lease_expires_at END, "
     "owner = CASE WHEN :release THEN NULL ELSE owner END, "
     "status = COALESCE(:status, status), error = COALESCE(:error, error) "
     "WHERE id = :id AND epoch = :epoch "
-    "RETURNING cancel_requested "
-    "OR (deadline IS NOT NULL AND deadline < (julianday('now') - 2440587.5) * 86400.0)"
+    f"RETURNING cancel_requested OR (deadline IS NOT NULL AND deadline < {_NOW})"
 )
 
 _STEP_INSERT = (
-    "INSERT INTO saga_steps (saga_id, seq, name, status, attempt, kind, transactional, "
-    "action_ref, compensation_ref, args, input_digest, result, output_digest, error, "
-    "undo_attempt, commit_token, started_at, finished_at) "
-    "VALUES (:saga_id, :seq, :name, :status, :attempt, :kind, :transactional, :action_ref, "
-    ":compensation_ref, :args, :input_digest, :result, :output_digest, :error, :undo_attempt, "
-    ":token, "
-    "CASE WHEN :started THEN (julianday('now') - 2440587.5) * 86400.0 END, "
-    "CASE WHEN :finished THEN (julianday('now') - 2440587.5) * 86400.0 END)"
+    f"INSERT INTO saga_steps (saga_id, {_names(STEP_COLUMNS)}, "
+    "commit_token, started_at, finished_at) "
+    f"VALUES (:saga_id, {_binds(STEP_COLUMNS)}, :token, "
+    f"CASE WHEN :started THEN {_NOW} END, CASE WHEN :finished THEN {_NOW} END)"
 )
 
 _STEP_UPDATE = (
-    "UPDATE saga_steps SET status = :status, attempt = :attempt, undo_attempt = :undo_attempt, "
-    "result = :result, output_digest = :output_digest, error = :error, commit_token = :token, "
-    "started_at = CASE WHEN :started "
-    "THEN (julianday('now') - 2440587.5) * 86400.0 ELSE started_at END, "
-    "finished_at = CASE WHEN :finished "
-    "THEN (julianday('now') - 2440587.5) * 86400.0 ELSE finished_at END "
+    "UPDATE saga_steps SET "
+    + "".join(f"{name} = :{name}, " for name in STEP_UPDATE_COLUMNS)
+    + "commit_token = :token, "
+    f"started_at = CASE WHEN :started THEN {_NOW} ELSE started_at END, "
+    f"finished_at = CASE WHEN :finished THEN {_NOW} ELSE finished_at END "
     "WHERE saga_id = :saga_id AND seq = :seq"
 )
 
 _EVENT_INSERT = (
-    "INSERT INTO saga_events (saga_id, at, kind, step, attempt, epoch, detail) "
-    "VALUES (:saga_id, (julianday('now') - 2440587.5) * 86400.0, "
-    ":kind, :step, :attempt, :epoch, :detail)"
+    f"INSERT INTO saga_events ({_names(EVENT_COLUMNS)}, at) "
+    f"VALUES ({_binds(EVENT_COLUMNS)}, {_NOW})"
 )
 
 _MAX_IDLE = 16
@@ -108,7 +116,12 @@ class SqliteHotPath:
         """Insert the saga with its first commit; False when its id or (name, key) clashed."""
 
         def work(connection: sqlite3.Connection) -> bool:
-            params = {**instance_values(saga), "ttl": lease_ttl, "token": first.token}
+            params = {
+                **instance_values(saga),
+                "deadline": saga.deadline,
+                "ttl": lease_ttl,
+                "token": first.token,
+            }
             if connection.execute(_CREATE, params).rowcount != 1:
                 return False
             _write_body(connection, first)
@@ -121,16 +134,7 @@ class SqliteHotPath:
         passed), or None when the fence matched nothing (and nothing was written)."""
 
         def work(connection: sqlite3.Connection) -> bool | None:
-            params = {
-                "id": change.saga_id,
-                "epoch": change.epoch,
-                "token": change.token,
-                "release": change.release,
-                "release_for": change.release_for,
-                "status": None if change.status is None else change.status.value,
-                "error": change.error,
-            }
-            rows = connection.execute(_FENCE, params).fetchall()
+            rows = connection.execute(_FENCE, fence_values(change)).fetchall()
             if not rows:
                 return None
             _write_body(connection, change)

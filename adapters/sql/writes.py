@@ -23,7 +23,7 @@ from . import reads
 from . import tables as t
 from .dialect import Dialect
 from .messages import first_line
-from .rows import event_values, instance_values, step_values
+from .rows import STEP_UPDATE_COLUMNS, event_values, instance_values, step_values
 
 T = TypeVar("T")
 _CONFLICT_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock detected
@@ -143,23 +143,14 @@ def _write_step(connection: Connection, dialect: Dialect, change: Commit, write:
     stamped: dict[str, Any] = {"commit_token": change.token}
     if write.stamp:
         stamped[write.stamp + "_at"] = dialect.now()
+    values = step_values(step)
     if write.new:
-        connection.execute(
-            insert(t.steps).values({**step_values(step), "saga_id": saga_id, **stamped})
-        )
+        connection.execute(insert(t.steps).values({**values, "saga_id": saga_id, **stamped}))
         return
     connection.execute(
         update(t.steps)
         .where(t.steps.c.saga_id == saga_id, t.steps.c.seq == step.seq)
-        .values(
-            status=step.status.value,
-            attempt=step.attempt,
-            undo_attempt=step.undo_attempt,
-            result=step.result,
-            output_digest=step.output_digest,
-            error=step.error,
-            **stamped,
-        )
+        .values({**{name: values[name] for name in STEP_UPDATE_COLUMNS}, **stamped})
     )
 
 

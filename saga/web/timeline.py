@@ -209,12 +209,7 @@ def svg(lay: Layout) -> str:
     def y(bar: Bar) -> float:
         return (forward_top if bar.lane == "forward" else comp_top) + bar.row * ROW
 
-    parts = [
-        f'<text class="lane-label" x="4" y="{forward_top - 4}">forward</text>',
-        f'<text class="lane-label" x="4" y="{comp_top - 4}">compensation</text>',
-        f'<line x1="4" x2="{width}" y1="{comp_top - HEADING - 2}" y2="{comp_top - HEADING - 2}" '
-        'stroke="#e3e5ea"/>',
-    ]
+    parts = _lane_headings(forward_top, comp_top, width)
     if lay.named:
         parts += _row_names(lay.bars, label, y)
     parts += _gaps(lay.bars, x, y)
@@ -226,14 +221,29 @@ def svg(lay: Layout) -> str:
             f'y2="{height}"><title>turned to compensating</title></line>'
         )
     parts += _unknown_marks(lay, x, y)
-    parts.append(
-        f'<text class="lane-label" x="{label}" y="{height - 3}">0</text>'
-        f'<text class="lane-label" x="{width - RIGHT - 60}" y="{height - 3}">'
-        f"{text(human_duration(lay.span))}</text>"
-    )
+    parts.append(_time_axis(label, width, height, lay.span))
     return (
         f'<svg class="timeline" id="timeline" xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" viewBox="0 0 {width} {height}">{"".join(parts)}</svg>'
+    )
+
+
+def _lane_headings(forward_top: int, comp_top: int, width: int) -> list[str]:
+    """The two lanes' names, and the line between them."""
+    divider = comp_top - HEADING - 2
+    return [
+        f'<text class="lane-label" x="4" y="{forward_top - 4}">forward</text>',
+        f'<text class="lane-label" x="4" y="{comp_top - 4}">compensation</text>',
+        f'<line x1="4" x2="{width}" y1="{divider}" y2="{divider}" stroke="#e3e5ea"/>',
+    ]
+
+
+def _time_axis(label: int, width: int, height: int, span: float) -> str:
+    """The time scale's two ends, under the lanes: 0 and the whole span."""
+    return (
+        f'<text class="lane-label" x="{label}" y="{height - 3}">0</text>'
+        f'<text class="lane-label" x="{width - RIGHT - 60}" y="{height - 3}">'
+        f"{text(human_duration(span))}</text>"
     )
 
 

@@ -157,6 +157,6 @@ def test_the_storage_modules_import_no_driver() -> None:
     graph = _graph()
     drivers = {"saga.drivers.threads", "saga.drivers.tasks", "saga.coordinator", "saga.aio"}
     storage = [name for name in graph if name.startswith("saga.adapters.sql")]
-    storage += ["saga.ports", "saga.errors", "saga.status", "saga._statuses"]
+    storage += ["saga.ports", "saga.record", "saga.errors", "saga.status", "saga._statuses"]
     for name in storage:
         assert not graph[name] & drivers, name
