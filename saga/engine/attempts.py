@@ -64,28 +64,8 @@ def attempts(
     writes (its result bounded by ``payload_limit``): ``cursor.record`` then shows it.
     The first attempt runs outside tenacity, so that the usual case (it succeeds) costs
     no retry machinery; its error is handed to tenacity, which decides."""
-    number, began = attempt, time.monotonic()
-    try:
-        return (
-            yield from _attempt(
-                cursor, name, number, timeout, action, data, payload_limit, transactional
-            )
-        )
-    except Exception as error:
-        failure = error
-    retries = Retries(policy, attempt - 1)
+    number, retries = attempt, None
     while True:
-        took = time.monotonic() - began  # how long the attempt ran, apart from the wait after
-        delay = retries.after(failure)
-        yield retry_scheduled(cursor.record, name, number, failure, delay)
-        # Durable before the wait: while it lasts, the history says the attempt failed,
-        # why, and when the next is due, rather than showing a step in doubt.
-        failed = records.attempt_failed(name, number, records.describe(failure), took, delay)
-        cursor.record = yield from write(cursor.record, (), (failed,))
-        yield Sleep(delay)
-        number += 1
-        start = records.start(cursor.record, recorded(cursor.record, name), number)
-        cursor.record = yield from write(cursor.record, [start], records.started_event(start))
         began = time.monotonic()
         try:
             return (
@@ -95,6 +75,26 @@ def attempts(
             )
         except Exception as error:
             failure = error
+        took = time.monotonic() - began  # how long the attempt ran, apart from the wait
+        retries = retries or Retries(policy, attempt - 1)
+        number = yield from _next_attempt(cursor, name, number, failure, took, retries)
+
+
+def _next_attempt(
+    cursor: Cursor, name: str, number: int, failure: Exception, took: float, retries: Retries
+) -> Flow[int]:
+    """Attempt ``number`` failed: raise ``failure`` if the policy gives up, else record
+    the failure, wait, and make the next attempt's start durable; its number."""
+    delay = retries.after(failure)
+    yield retry_scheduled(cursor.record, name, number, failure, delay)
+    # Durable before the wait: while it lasts, the history says the attempt failed,
+    # why, and when the next is due, rather than showing a step in doubt.
+    failed = records.attempt_failed(name, number, records.describe(failure), took, delay)
+    cursor.record = yield from write(cursor.record, (), (failed,))
+    yield Sleep(delay)
+    start = records.start(cursor.record, recorded(cursor.record, name), number + 1)
+    cursor.record = yield from write(cursor.record, [start], records.started_event(start))
+    return number + 1
 
 
 def retry_scheduled(

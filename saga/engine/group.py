@@ -63,16 +63,7 @@ class Group:
                 raise ConfigurationError(
                     f"s.parallel() takes s.call(fn, ...) values, not {type(call).__name__}"
                 )
-            planned = scope.plan(
-                call.fn,
-                call.args,
-                call.kwargs,
-                call.compensate,
-                call.transactional,
-                call.retry,
-                call.step_name,
-                call.result_type,
-            )
+            planned = scope.plan(call)
             if planned is None:  # succeeded in an earlier run of the block
                 self.results[index] = scope.result
             else:

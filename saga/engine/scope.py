@@ -144,24 +144,15 @@ class ScopeCore:
             raise recorded_failure(existing)  # as the first run raised it, rebuilt
         return True  # running: continue it; compensating (a crash mid-unwind): finish that
 
-    def plan(
-        self,
-        fn: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        compensate: Any,
-        transactional: bool,
-        retry: RetryPolicy | None,
-        step_name: str | None,
-        result_type: Any = None,
-    ) -> PlannedStep | None:
+    def plan(self, call: StepCall) -> PlannedStep | None:
         """Check and record the call; None when the step already succeeded (see ``result``)."""
+        fn, compensate = call.fn, call.compensate
         action_ref = self.refs.reference(fn, "step function")
         undo_ref = None if compensate is None else self.refs.reference(compensate, "compensation")
-        name = self.next_name(step_name or fn.__name__)
+        name = self.next_name(call.step_name or fn.__name__)
         check_name(name, "step name")
         arguments = encode(
-            {"args": list(args), "kwargs": kwargs},
+            {"args": list(call.args), "kwargs": call.kwargs},
             f"arguments of step {name!r}",
             self.payload_limit,
         )
@@ -169,7 +160,9 @@ class ScopeCore:
         recorded = self.replayed(self.calls, name, arguments.digest, action_ref)
         if recorded is not None and recorded.status is StepStatus.SUCCEEDED:
             self.result = revive(
-                decode(recorded.result), result_type_of(fn, result_type), f"result of step {name!r}"
+                decode(recorded.result),
+                result_type_of(fn, call.result_type),
+                f"result of step {name!r}",
             )
             return None
         self.refuse_unless_running()
@@ -179,14 +172,14 @@ class ScopeCore:
             status=StepStatus.PENDING,
             attempt=0,
             kind=StepKind.COMPENSATABLE,
-            transactional=transactional,
+            transactional=call.transactional,
             action_ref=action_ref,
             compensation_ref=undo_ref,
             args=arguments.text,
             input_digest=arguments.digest,
         )
         attempt = 1 if recorded is None else recorded.attempt + 1
-        return PlannedStep(template, attempt, retry or DEFAULT_STEP_RETRY)
+        return PlannedStep(template, attempt, call.retry or DEFAULT_STEP_RETRY)
 
     def gave_up(self, planned: PlannedStep) -> str | None:
         """Why the step may not run again: attempts count across crashes."""

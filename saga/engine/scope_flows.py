@@ -71,16 +71,7 @@ class ScopeFlows:
         """``s.step(...)``: plan the call; its recorded result if a run before this one
         did it, else run it as the next step."""
         core = self.core
-        planned = core.plan(
-            call.fn,
-            call.args,
-            call.kwargs,
-            call.compensate,
-            call.transactional,
-            call.retry,
-            call.step_name,
-            call.result_type,
-        )
+        planned = core.plan(call)
         if planned is None:
             return core.result
         return (yield from self.step(planned, action, call.timeout))

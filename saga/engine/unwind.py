@@ -156,31 +156,42 @@ def _undo(
             except Exception:
                 text = records.describe(error)
                 return (yield from _exhausted(cursor.record, step.name, text, error))
-            attempt = recorded(cursor.record, step.name).undo_attempt
-            yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
-            if (
-                delay > resolver.compensation_wait_in_place
-            ):  # a caller's thread never waits that long
-                budget = _budget(policy, used, step)
-                failed = records.undo_attempt_failed(
-                    cursor.record, step.name, cursor.error, cursor.took, delay, budget
-                )
-                waiting = SagaHandedBack.waiting_for(
-                    record.id, step.name, attempt, budget, cursor.error, delay
-                )
-                assert waiting.why is not None
-                yield from hand_back(cursor.record, (), failed, delay, waiting.why)
-                raise waiting from None
-            yield Sleep(delay, interruptible=True)
-            if (yield DRAINING):  # the failed attempt is recorded with the hand-back
-                failed = records.undo_attempt_failed(
-                    cursor.record, step.name, cursor.error, cursor.took
-                )
-                raise (yield from hand_back(cursor.record, (), failed)) from None
+            yield from _before_next_undo(
+                resolver, cursor, step, error, delay, _budget(policy, used, step)
+            )
     write_, event = records.undone(cursor.record, step.name, cursor.returned)
     record = yield from write(cursor.record, [write_], [event])
     yield Fault("after_undo_commit", step.name)
     return record
+
+
+def _before_next_undo(
+    resolver: CodeRefs,
+    cursor: _Undoing,
+    step: StepRecord,
+    error: Exception,
+    delay: float,
+    budget: int | None,
+) -> Flow[None]:
+    """A compensation's attempt failed and another follows after ``delay``: wait here,
+    or hand the saga back when the wait is longer than a caller's thread may wait in
+    place or the process drains (the failed attempt recorded with the hand-back)."""
+    attempt = recorded(cursor.record, step.name).undo_attempt
+    yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
+    if delay > resolver.compensation_wait_in_place:
+        failed = records.undo_attempt_failed(
+            cursor.record, step.name, cursor.error, cursor.took, delay, budget
+        )
+        waiting = SagaHandedBack.waiting_for(
+            cursor.record.id, step.name, attempt, budget, cursor.error, delay
+        )
+        assert waiting.why is not None
+        yield from hand_back(cursor.record, (), failed, delay, waiting.why)
+        raise waiting from None
+    yield Sleep(delay, interruptible=True)
+    if (yield DRAINING):
+        failed = records.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took)
+        raise (yield from hand_back(cursor.record, (), failed)) from None
 
 
 def _budget_used(record: SagaRecord, step: StepRecord, policy: RetryPolicy) -> Flow[int]:
