@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from saga import engine, faults
 from saga.aio_scope import AsyncSagaScope
-from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
+from saga.codec import DEFAULT_PAYLOAD_LIMIT
 from saga.coordinator import Coordinator
 from saga.definition import Saga
 from saga.drivers.tasks import TaskDriver
@@ -131,25 +130,7 @@ class AsyncCoordinator:
     ) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
         definition = self.sync.definitions.definition(saga)
-        payload = encode(data, "input", self.engine.payload_limit)
-        record, change, started = rules.new_saga(
-            definition, key, payload.text, self.owner, deadline
-        )
-        first_name = started[0].name if started else None
-        faults.point("before_start_commit", first_name)
-        stored, created = await self.driver.create(record, change)
-        if not created:
-            return await self._rerun(definition, stored, payload.text)
-        faults.point("after_start_commit", first_name)
-        return await self._forward(definition, engine.apply(record, change), started)
-
-    async def _forward(
-        self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
-    ) -> SagaView:
-        return view_of(await self.driver.run(self.engine.forward(saga, record, started)))
-
-    async def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
-        return view_of(await self.driver.run(self.engine.rerun(saga, existing, input_text)))
+        return view_of(await self.driver.run(self.engine.run(definition, data, key, deadline)))
 
     def saga(
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None

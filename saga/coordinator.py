@@ -6,11 +6,11 @@ import builtins
 import os
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from saga import engine, faults, versions
+from saga import versions
 from saga.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga.definition import Saga
 from saga.drivers.threads import ThreadDriver
@@ -190,29 +190,7 @@ class Coordinator:
         (raising ``SagaFailed`` again if it failed) and runs nothing twice.
         """
         definition = self.definitions.definition(saga)
-        payload = encode(data, "input", self.engine.payload_limit)
-        if key is not None:  # a NUL byte or an oversized key is refused on every backend
-            encode(key, "key", self.engine.payload_limit)
-        # No lookup by key first: creation clashes on (name, key) and returns
-        # the existing saga, so a new saga costs no read-only round trip.
-        record, change, started = rules.new_saga(
-            definition, key, payload.text, self.owner, deadline
-        )
-        first_name = started[0].name if started else None
-        faults.point("before_start_commit", first_name)
-        stored, created = self.driver.create(record, change)
-        if not created:
-            return self._rerun(definition, stored, payload.text)
-        faults.point("after_start_commit", first_name)
-        return self._forward(definition, engine.apply(record, change), started)
-
-    def _forward(
-        self, saga: Saga, record: SagaRecord, started: Sequence[engine.RunStep] = ()
-    ) -> SagaView:
-        return view_of(self.driver.run(self.engine.forward(saga, record, started)))
-
-    def _rerun(self, saga: Saga, existing: SagaRecord, input_text: str | None) -> SagaView:
-        return view_of(self.driver.run(self.engine.rerun(saga, existing, input_text)))
+        return view_of(self.driver.run(self.engine.run(definition, data, key, deadline)))
 
     def started_with(self, record: SagaRecord) -> Saga:
         """The definition ``record`` started with: its version, with its fingerprint.

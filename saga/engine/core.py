@@ -16,8 +16,10 @@ thread).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
 
+from saga.codec import encode
 from saga.definition import Saga
 from saga.engine import records, rules, unwind
 from saga.engine.decisions import RunStep, failed_step, recovery_route
@@ -27,6 +29,8 @@ from saga.engine.effects import (
     Claim,
     ClaimStuck,
     CodeRefs,
+    Create,
+    Fault,
     Flow,
     Load,
     NoteFenced,
@@ -108,6 +112,27 @@ class Engine:
         """Refuse (``UnsafeReferenceError``) before anything changes if a compensation
         still to run cannot be resolved safely."""
         unwind.check_compensations(self.resolver, record, saga)
+
+    # -- a new declarative saga --------------------------------------------------------------
+
+    def run(
+        self, saga: Saga, data: Any, key: str | None, deadline: timedelta | float | None
+    ) -> Flow[SagaRecord]:
+        """Start ``saga`` and carry it to its end. With a key already used: the recorded
+        outcome (``SagaFailed`` again if it failed), or the saga continued."""
+        payload = encode(data, "input", self.payload_limit)
+        if key is not None:  # a NUL byte or an oversized key is refused on every backend
+            encode(key, "key", self.payload_limit)
+        # No lookup by key first: creation clashes on (name, key) and returns
+        # the existing saga, so a new saga costs no read-only round trip.
+        record, change, started = rules.new_saga(saga, key, payload.text, self.owner, deadline)
+        first_name = started[0].name if started else None
+        yield Fault("before_start_commit", first_name)
+        stored, created = yield Create(record, change)
+        if not created:
+            return (yield from self.rerun(saga, stored, payload.text))
+        yield Fault("after_start_commit", first_name)
+        return (yield from self.forward(saga, records.apply(record, change), started))
 
     # -- carrying a held saga on ------------------------------------------------------------
 
