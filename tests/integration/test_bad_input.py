@@ -311,6 +311,23 @@ def test_a_nul_byte_in_a_key_is_refused_on_every_backend(coord: Coordinator) -> 
     assert coord.list() == []
 
 
+def test_a_nul_byte_in_a_key_is_refused_by_the_async_coordinator_too(db_url: str) -> None:
+    saga = Saga("bad-key-async")
+
+    @saga.step()
+    async def only(ctx: StepContext) -> None:
+        steps.CALLS.append(("only",))
+
+    async def run() -> list[SagaView]:
+        async with AsyncCoordinator(db_url) as coord:
+            with pytest.raises(PayloadError, match=r"^key: contains a NUL byte"):
+                await coord.run(saga, key="order\x0042")
+            return await coord.list()
+
+    assert asyncio.run(run()) == []
+    assert steps.CALLS == []
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_bad_step_result_fails_the_step_in_the_async_twin(db_url: str, concurrency: int) -> None:
     saga = Saga(f"bad-result-async-{concurrency}", max_concurrency=concurrency)
