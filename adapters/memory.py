@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from saga.errors import (
+from saga._internal.errors import (
     LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
@@ -30,7 +30,7 @@ from saga.errors import (
     StorageError,
     UnknownSagaError,
 )
-from saga.ports import (
+from saga._internal.ports import (
     ClaimGuard,
     Commit,
     Event,
@@ -43,7 +43,7 @@ from saga.ports import (
     StepWrite,
     guard_broken,
 )
-from saga.status import SagaStatus, StepStatus
+from saga._internal.status import SagaStatus, StepStatus
 
 T = TypeVar("T")
 SCHEMA_VERSION = "memory"  # nothing stored, nothing to migrate

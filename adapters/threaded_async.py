@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from saga.ports import Commit, SagaRecord, SagaStore
+from saga._internal.ports import Commit, SagaRecord, SagaStore
 
 T = TypeVar("T")
 

@@ -40,7 +40,7 @@ from saga.adapters.threaded_async import ThreadedAsyncStore
 
 from benchmarks.common import DEFAULT_POSTGRES, dedicated_database, measure
 from saga import AsyncCoordinator, Coordinator, Saga, StepContext
-from saga.ports import Commit, SagaRecord
+from saga._internal.ports import Commit, SagaRecord
 
 CALLERS = 8
 T = TypeVar("T")

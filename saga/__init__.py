@@ -5,12 +5,13 @@ coordinator records every step in PostgreSQL or SQLite, unwinds the steps
 that ran when one fails, and finishes interrupted sagas after a crash.
 """
 
-from saga.aio import AsyncCoordinator
-from saga.aio_scope import AsyncSagaScope
-from saga.context import StepContext, current_step
-from saga.coordinator import Coordinator
-from saga.definition import Saga, Step
-from saga.errors import (
+from saga._internal import moved as _moved
+from saga._internal.aio import AsyncCoordinator
+from saga._internal.aio_scope import AsyncSagaScope
+from saga._internal.context import StepContext, current_step
+from saga._internal.coordinator import Coordinator
+from saga._internal.definition import Saga, Step
+from saga._internal.errors import (
     AmbiguousSagaError,
     ConfigurationError,
     CorruptRecordError,
@@ -36,19 +37,31 @@ from saga.errors import (
     UnknownSagaError,
     UnsafeReferenceError,
 )
-from saga.listening import Listener, SagaEvent
-from saga.policy import RetryPolicy
-from saga.recovery import RecoveryOutcome, RecoveryReport
-from saga.resources import Resources
-from saga.scope import SagaScope
-from saga.status import SagaStatus, StepKind, StepStatus
-from saga.transient import is_transient
-from saga.typed import ResultTypeError
-from saga.views import SagaView, StepView
+from saga._internal.listening import Listener, SagaEvent
+from saga._internal.policy import DEFAULT_COMPENSATION_RETRY, DEFAULT_STEP_RETRY, RetryPolicy
+from saga._internal.recovery import RecoveryOutcome, RecoveryReport
+from saga._internal.resources import Resources
+from saga._internal.scope import SagaScope
+from saga._internal.status import SagaStatus, StepKind, StepStatus
+from saga._internal.transient import is_transient
+from saga._internal.typed import ResultTypeError
+from saga._internal.views import SagaView, StepView
 
 __version__ = "0.1.0"
 
+_moved.install()  # saga.coordinator and the other old paths, deprecated
+
+
+def _name_errors_by_their_public_path() -> None:
+    """Tracebacks and messages say ``saga.SagaFailed``, not where the class is kept."""
+    for name in __all__:
+        value = globals()[name]
+        if isinstance(value, type) and issubclass(value, BaseException):
+            value.__module__ = __name__
+
 __all__ = [
+    "DEFAULT_COMPENSATION_RETRY",
+    "DEFAULT_STEP_RETRY",
     "AmbiguousSagaError",
     "AsyncCoordinator",
     "AsyncSagaScope",
@@ -95,3 +108,5 @@ __all__ = [
     "current_step",
     "is_transient",
 ]
+
+_name_errors_by_their_public_path()

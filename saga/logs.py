@@ -25,10 +25,10 @@ import sys
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from saga.context import _current
-from saga.errors import ConfigurationError
-from saga.lifecycle import SagaEvent
-from saga.wording import describe_event, printable
+from saga._internal.context import _current
+from saga._internal.errors import ConfigurationError
+from saga._internal.lifecycle import SagaEvent
+from saga._internal.wording import describe_event, printable
 
 ENGINE = logging.getLogger("saga.engine")
 # A library's loggers stay silent until the application configures logging: without a

@@ -25,9 +25,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import Collector
 
-from saga.listening import Listeners, SagaEvent
-from saga.ports import SagaStore
-from saga.status import SagaStatus
+from saga._internal.listening import Listeners, SagaEvent
+from saga._internal.ports import SagaStore
+from saga._internal.status import SagaStatus
 
 _ENDED = {
     "saga_completed": "completed",

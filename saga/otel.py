@@ -30,8 +30,8 @@ from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from saga.context import StepContext
-from saga.lifecycle import ATTEMPT_ENDS, ATTEMPT_STARTS, SAGA_ENDS, SagaEvent
+from saga._internal.context import StepContext
+from saga._internal.lifecycle import ATTEMPT_ENDS, ATTEMPT_STARTS, SAGA_ENDS, SagaEvent
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _CLAIMS = frozenset(["lease_claimed", "operator_action"])

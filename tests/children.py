@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from saga import Coordinator, RecoveryOutcome, RetryPolicy, SagaStatus
-from saga.policy import DEFAULT_COMPENSATION_RETRY
+from saga._internal.policy import DEFAULT_COMPENSATION_RETRY
 from saga.testing.forkserver import Ended
 from saga.testing.forkserver import ForkServer as SharedForkServer
 from saga.testing.runner import settle

@@ -73,7 +73,7 @@ from typing import Any
 from sqlalchemy import Engine, event
 
 from saga import AsyncCoordinator, Coordinator, Saga
-from saga.ports import Commit, SagaRecord
+from saga._internal.ports import Commit, SagaRecord
 
 DEFAULT_TIMEOUT = 60.0
 """Seconds any wait may take before the test fails: generous, since nothing is timed."""

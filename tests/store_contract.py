@@ -37,7 +37,7 @@ from saga import (
     StorageError,
     UnknownSagaError,
 )
-from saga.ports import (
+from saga._internal.ports import (
     AsyncSagaStore,
     ClaimGuard,
     Commit,

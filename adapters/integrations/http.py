@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from saga.context import current_step
+from saga._internal.context import current_step
 
 __all__ = [
     "IDEMPOTENCY_HEADER",

@@ -57,9 +57,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from saga.codec import encode
-from saga.context import current_step
-from saga.errors import ConfigurationError, StorageError, StorageUnavailableError
+from saga._internal.codec import encode
+from saga._internal.context import current_step
+from saga._internal.errors import ConfigurationError, StorageError, StorageUnavailableError
 
 from ..sql.messages import first_line
 from ..sql.transactions import SqlTransactions

@@ -25,9 +25,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
-from saga.store import use_session_factory
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError
+from saga._internal.store import use_session_factory
 
 from ..sql.binding import check_session_factory, same_database
 from ..sql.transactions import SqlTransactions

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from saga.errors import ConfigurationError
-from saga.policy import STORE_RETRY, RetryPolicy
+from saga._internal.errors import ConfigurationError
+from saga._internal.policy import STORE_RETRY, RetryPolicy
 
 from .store import SqlSagaStore, masked
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
-from saga.errors import ConfigurationError
+from saga._internal.errors import ConfigurationError
 
 _LOOPBACK = frozenset({"", "localhost", "127.0.0.1", "::1", "[::1]"})
 _DEFAULT_PORTS = {"postgresql": 5432}

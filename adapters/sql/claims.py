@@ -4,7 +4,7 @@ events outside a commit, deletion.
 Each function runs in the caller's transaction (``connection``). A claim
 raises the saga's epoch, which fences out every commit of the previous owner;
 every condition of a claim (lease free, status, an operator's
-:class:`~saga.ports.ClaimGuard`) is checked by the statement that raises it.
+:class:`~saga._internal.ports.ClaimGuard`) is checked by the statement that raises it.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from sqlalchemy import (
     update,
 )
 
-from saga.errors import (
+from saga._internal.errors import (
     OperationRefusedError,
     SagaBusyError,
     SagaChangedError,
     UnknownSagaError,
 )
-from saga.ports import ClaimGuard, Event, Renewal, Runnable, SagaRecord, guard_broken
-from saga.status import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepStatus
+from saga._internal.ports import ClaimGuard, Event, Renewal, Runnable, SagaRecord, guard_broken
+from saga._internal.status import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
 from . import reads
 from . import tables as t

@@ -7,8 +7,8 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, Connection, Engine, Insert, Select, Table
 
-from saga.policy import RetryPolicy
-from saga.ports import AsyncSagaStore, Commit, SagaRecord, SagaStore
+from saga._internal.policy import RetryPolicy
+from saga._internal.ports import AsyncSagaStore, Commit, SagaRecord, SagaStore
 
 T = TypeVar("T")
 

@@ -3,7 +3,7 @@ first line of a driver's error (the rest is the driver's traceback of the query)
 
 from __future__ import annotations
 
-from saga._secrets import masked as masked  # every credential form, in one place
+from saga._internal._secrets import masked as masked  # every credential form, in one place
 
 
 def first_line(error: BaseException) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, Engine, column, func, inspect, select, table
 
-from saga.errors import ConfigurationError, DatabaseNotFoundError, SchemaVersionError
+from saga._internal.errors import ConfigurationError, DatabaseNotFoundError, SchemaVersionError
 
 from .revisions import (
     HEAD,

@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from saga import faults
-from saga.errors import LeaseLostError, StorageError, StorageUnavailableError
-from saga.ports import Commit, SagaRecord
+from saga._internal import faults
+from saga._internal.errors import LeaseLostError, StorageError, StorageUnavailableError
+from saga._internal.ports import Commit, SagaRecord
 
 from ..threaded_async import ThreadedAsyncStore
 from .dialect import SqlStore

@@ -26,8 +26,8 @@ from sqlalchemy import Boolean, Engine, Float, Integer, String, Table
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from saga.errors import StorageError, StorageUnavailableError
-from saga.ports import Commit, SagaRecord, StepWrite
+from saga._internal.errors import StorageError, StorageUnavailableError
+from saga._internal.ports import Commit, SagaRecord, StepWrite
 
 from . import tables as t
 from .messages import first_line

@@ -19,8 +19,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import make_url
 
-from saga.errors import ConfigurationError
-from saga.ports import AsyncSagaStore
+from saga._internal.errors import ConfigurationError
+from saga._internal.ports import AsyncSagaStore
 
 from .dialect import SqlStore
 from .migrate import SCHEMA_LOCK_KEY

@@ -23,8 +23,8 @@ from sqlalchemy import (
     select,
 )
 
-from saga.ports import EventRecord, ListQuery, SagaRecord, StepRecord
-from saga.status import SagaStatus, StepStatus
+from saga._internal.ports import EventRecord, ListQuery, SagaRecord, StepRecord
+from saga._internal.status import SagaStatus, StepStatus
 
 from . import tables as t
 from .dialect import Dialect

@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import Row, Table
 
-from saga.errors import CorruptRecordError
-from saga.ports import Commit, Event, EventRecord, SagaRecord, StepRecord
-from saga.status import SagaStatus, StepKind, StepStatus
+from saga._internal.errors import CorruptRecordError
+from saga._internal.ports import Commit, Event, EventRecord, SagaRecord, StepRecord
+from saga._internal.status import SagaStatus, StepKind, StepStatus
 
 from . import tables as t
 

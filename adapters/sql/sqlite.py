@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, event, func
 from sqlalchemy.dialects.sqlite import insert
 
-from saga.ports import AsyncSagaStore
+from saga._internal.ports import AsyncSagaStore
 
 from .dialect import SqlStore
 from .sqlite_writer import SqliteHotPath, is_file_database

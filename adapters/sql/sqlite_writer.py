@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL, make_url
 
-from saga.errors import StorageError, StorageUnavailableError
-from saga.ports import Commit, SagaRecord, StepWrite
+from saga._internal.errors import StorageError, StorageUnavailableError
+from saga._internal.ports import Commit, SagaRecord, StepWrite
 
 from .messages import first_line, masked
 from .rows import (

@@ -19,9 +19,9 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from saga import faults
-from saga.errors import LeaseLostError, SagaBusyError
-from saga.ports import (
+from saga._internal import faults
+from saga._internal.errors import LeaseLostError, SagaBusyError
+from saga._internal.ports import (
     AsyncSagaStore,
     ClaimGuard,
     Commit,
@@ -32,7 +32,7 @@ from saga.ports import (
     Runnable,
     SagaRecord,
 )
-from saga.status import SagaStatus
+from saga._internal.status import SagaStatus
 
 from . import claims, liveness, reads, writes
 from .messages import masked

@@ -17,9 +17,9 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from saga.errors import DatabaseRefusedError, StorageError, StorageUnavailableError
-from saga.policy import STORE_RETRY, RetryPolicy
-from saga.transient import refused_for_good
+from saga._internal.errors import DatabaseRefusedError, StorageError, StorageUnavailableError
+from saga._internal.policy import STORE_RETRY, RetryPolicy
+from saga._internal.transient import refused_for_good
 
 from . import migrate
 from .binding import check_session_factory

@@ -16,8 +16,8 @@ from sqlalchemy import Connection, Label, and_, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from saga.errors import LeaseLostError, StorageError, StorageUnavailableError
-from saga.ports import Commit, Event, SagaRecord, StepWrite
+from saga._internal.errors import LeaseLostError, StorageError, StorageUnavailableError
+from saga._internal.ports import Commit, Event, SagaRecord, StepWrite
 
 from . import reads
 from . import tables as t

@@ -8,16 +8,16 @@ from __future__ import annotations
 import dataclasses
 import shlex
 
-from saga import engine
+from saga._internal import engine
+from saga._internal.coordinator import Coordinator
+from saga._internal.definition import Saga
+from saga._internal.errors import ConfigurationError, OperationRefusedError, UnknownSagaError
+from saga._internal.operator_identity import operator_detail
+from saga._internal.ports import ClaimGuard, Event, SagaRecord, StepRecord, StepWrite
+from saga._internal.status import SagaStatus, StepStatus, check_step_move
+from saga._internal.views import SagaView
 from saga.admin.facts import past_pivot
 from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
-from saga.coordinator import Coordinator
-from saga.definition import Saga
-from saga.errors import ConfigurationError, OperationRefusedError, UnknownSagaError
-from saga.operator_identity import operator_detail
-from saga.ports import ClaimGuard, Event, SagaRecord, StepRecord, StepWrite
-from saga.status import SagaStatus, StepStatus, check_step_move
-from saga.views import SagaView
 
 
 def compensate(coord: Coordinator, saga_id: SagaRef) -> SagaView:

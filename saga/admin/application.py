@@ -18,11 +18,11 @@ import inspect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from saga._internal.aio import AsyncCoordinator
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError, SagaError
+from saga._internal.policy import RetryPolicy
 from saga.admin.inputs import CLI_STORE_RETRY, import_apps, open_coordinator
-from saga.aio import AsyncCoordinator
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError, SagaError
-from saga.policy import RetryPolicy
 
 
 def split_apps(apps: Sequence[str]) -> tuple[list[str], str | None]:

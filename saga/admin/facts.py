@@ -6,10 +6,10 @@ table, the JSON and the demo all show them.
 
 from __future__ import annotations
 
-from saga import engine
-from saga.status import SagaStatus, StepKind, StepStatus
-from saga.views import SagaView, StepView
-from saga.wording import iso_time as iso_time  # one wording of times, for events too
+from saga._internal import engine
+from saga._internal.status import SagaStatus, StepKind, StepStatus
+from saga._internal.views import SagaView, StepView
+from saga._internal.wording import iso_time as iso_time  # one wording of times, for events too
 
 FINISHED = (SagaStatus.COMPLETED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
 IN_DOUBT = (StepStatus.RUNNING, StepStatus.IN_DOUBT, StepStatus.COMPENSATING)

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from saga.coordinator import Coordinator
+from saga._internal.coordinator import Coordinator
 
 ANSWER_WITHIN = 2.0
 """Seconds the database has to answer a liveness check."""

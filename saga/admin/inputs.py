@@ -13,15 +13,15 @@ import sys
 import uuid
 from collections.abc import Iterable, Sequence
 
-from saga.coordinator import Coordinator
-from saga.definition import Saga, defined_saga, defined_versions
-from saga.errors import AmbiguousSagaError, ConfigurationError, UnknownSagaError
-from saga.listening import Listener
-from saga.policy import STORE_RETRY, RetryPolicy
-from saga.settings import parse_duration as parse_duration  # the admin command's too
-from saga.status import SagaStatus, parse_status
-from saga.versions import missing
-from saga.views import SagaView
+from saga._internal.coordinator import Coordinator
+from saga._internal.definition import Saga, defined_saga, defined_versions
+from saga._internal.errors import AmbiguousSagaError, ConfigurationError, UnknownSagaError
+from saga._internal.listening import Listener
+from saga._internal.policy import STORE_RETRY, RetryPolicy
+from saga._internal.settings import parse_duration as parse_duration  # the admin command's too
+from saga._internal.status import SagaStatus, parse_status
+from saga._internal.versions import missing
+from saga._internal.views import SagaView
 
 CLI_STORE_RETRY = dataclasses.replace(STORE_RETRY, max_delay=0.5, max_elapsed=3.0)
 """An operator waits seconds, not the library's 30, to learn the database is unreachable."""

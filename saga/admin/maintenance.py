@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError
+from saga._internal.ports import Deletable, ListQuery
+from saga._internal.status import SagaStatus
 from saga.admin.facts import FINISHED
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
-from saga.ports import Deletable, ListQuery
-from saga.status import SagaStatus
 
 DEFAULT_PACE = 0.5
 """Purge works half the time and rests the other half: on a small machine, flat out it

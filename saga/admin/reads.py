@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from saga._internal.coordinator import Coordinator
+from saga._internal.definition import Saga, defined_versions
+from saga._internal.errors import ConfigurationError
+from saga._internal.policy import describe_retry_on
+from saga._internal.ports import DEFAULT_LIST_LIMIT, EventRecord, ListQuery
+from saga._internal.status import SagaStatus, StepKind, StepStatus, statuses_of
+from saga._internal.views import SagaView, StepView, view_of
+from saga._internal.wording import describe_event as describe_event
 from saga.admin.inputs import SagaRef, definition_of, get_saga
 from saga.admin.results import (
     RetryWait,
@@ -19,14 +27,6 @@ from saga.admin.results import (
     TimelineEntry,
 )
 from saga.admin.unrunnable import unrunnable_here
-from saga.coordinator import Coordinator
-from saga.definition import Saga, defined_versions
-from saga.errors import ConfigurationError
-from saga.policy import describe_retry_on
-from saga.ports import DEFAULT_LIST_LIMIT, EventRecord, ListQuery
-from saga.status import SagaStatus, StepKind, StepStatus, statuses_of
-from saga.views import SagaView, StepView, view_of
-from saga.wording import describe_event as describe_event
 
 
 def list_sagas(

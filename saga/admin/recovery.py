@@ -11,15 +11,15 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from saga._internal.coordinator import Coordinator
+from saga._internal.engine import Route, recovery_route
+from saga._internal.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
+from saga._internal.recovery import LOST
+from saga._internal.status import SagaStatus, StepStatus
+from saga._internal.views import SagaView
 from saga.admin.facts import human_duration, json_value, lease_left
 from saga.admin.inputs import SagaRef, definition_of, get_saga, no_definition, saga_id_of
 from saga.admin.waiting import waiting
-from saga.coordinator import Coordinator
-from saga.engine import Route, recovery_route
-from saga.errors import ConfigurationError, OperationRefusedError, UnsafeReferenceError
-from saga.recovery import LOST
-from saga.status import SagaStatus, StepStatus
-from saga.views import SagaView
 
 
 class Plan(enum.StrEnum):

@@ -10,6 +10,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from saga._internal.codec import as_json_value, encode
+from saga._internal.ports import EventRecord
+from saga._internal.status import StepKind
+from saga._internal.views import SagaView, StepView
+from saga._internal.wording import attempt_failed_text, next_attempt_at
 from saga.admin.facts import (
     IN_DOUBT,
     current_step,
@@ -20,11 +25,6 @@ from saga.admin.facts import (
     past_pivot,
     rounded,
 )
-from saga.codec import as_json_value, encode
-from saga.ports import EventRecord
-from saga.status import StepKind
-from saga.views import SagaView, StepView
-from saga.wording import attempt_failed_text, next_attempt_at
 
 
 def saga_summary(view: SagaView, now: float) -> dict[str, Any]:
@@ -139,7 +139,7 @@ class SagaDetail:
     this process knows the definition (``--app``). ``notes`` says, by step
     name, why a step was compensated without a compensation running.
     ``retry_on`` says, by step name, which errors the step's action is retried
-    on (:func:`~saga.policy.describe_retry_on`), when this process knows the
+    on (:func:`~saga._internal.policy.describe_retry_on`), when this process knows the
     definition; else ``retry_unknown`` says why none is known. ``waiting`` holds,
     by step name, the failed attempt of a step waiting for its next one: such a step
     is ``running`` but not in doubt (its attempt is known to have failed).

@@ -11,9 +11,9 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
-from saga.ports import MigratableSchema
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError
+from saga._internal.ports import MigratableSchema
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from saga.coordinator import Coordinator
-from saga.ports import ListQuery, SagaRecord
-from saga.views import SagaView
+from saga._internal.coordinator import Coordinator
+from saga._internal.ports import ListQuery, SagaRecord
+from saga._internal.views import SagaView
 
 SAY_EVERY = 300.0
 """Seconds between two log lines about the same saga."""

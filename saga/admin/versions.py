@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from saga import versions
-from saga.coordinator import Coordinator
-from saga.ports import ListQuery, SagaRecord
-from saga.status import SagaStatus
+from saga._internal import versions
+from saga._internal.coordinator import Coordinator
+from saga._internal.ports import ListQuery, SagaRecord
+from saga._internal.status import SagaStatus
 
 IN_FLIGHT = (SagaStatus.RUNNING, SagaStatus.COMPENSATING, SagaStatus.FAILED)
 """Statuses whose sagas still need their definition (a failed one, to retry its

@@ -9,12 +9,12 @@ import dataclasses
 import datetime
 from typing import Any
 
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import SagaHandedBack
+from saga._internal.status import SagaStatus
+from saga._internal.wording import iso_time, next_attempt_at
 from saga.admin.inputs import get_saga
 from saga.admin.reads import retry_waits
-from saga.coordinator import Coordinator
-from saga.errors import SagaHandedBack
-from saga.status import SagaStatus
-from saga.wording import iso_time, next_attempt_at
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

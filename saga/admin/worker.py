@@ -12,19 +12,19 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import tenacity
 
-from saga.admin.facts import human_duration, json_value
-from saga.admin.health import DatabaseCheck, loop_alive
-from saga.admin.recovery import LOST_REASON
-from saga.admin.unrunnable import Unrunnable
-from saga.admin.waiting import waiting
-from saga.coordinator import Coordinator
-from saga.errors import (
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import (
     ConfigurationError,
     SchemaVersionError,
     StorageError,
     StorageUnavailableError,
 )
-from saga.recovery import RecoveryOutcome
+from saga._internal.recovery import RecoveryOutcome
+from saga.admin.facts import human_duration, json_value
+from saga.admin.health import DatabaseCheck, loop_alive
+from saga.admin.recovery import LOST_REASON
+from saga.admin.unrunnable import Unrunnable
+from saga.admin.waiting import waiting
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ from saga.cli.session import FAILED, OK, reporting, session_of
 @app.command("demo")
 def demo_command(ctx: typer.Context, db: DemoDbUrl = None) -> None:
     """Run three orders through a real saga and tell what happened, step by step."""
-    from saga import demo  # the demo's modules load only when asked for
+    from saga._internal import demo
 
     session = session_of(ctx)
     with reporting(session):

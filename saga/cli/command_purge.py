@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 
 from saga import admin
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError
+from saga._internal.status import SagaStatus
 from saga.admin import maintenance
 from saga.cli.options import app
 from saga.cli.session import Session, reporting, session_of
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
-from saga.status import SagaStatus
 
 OlderThan = Annotated[
     str, typer.Option("--older-than", help="Created longer ago than this (30d).", metavar="AGE")

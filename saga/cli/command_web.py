@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from saga._internal.errors import ConfigurationError
 from saga.cli.options import app
 from saga.cli.session import Session, masked_url, reporting, session_of
-from saga.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

@@ -14,11 +14,11 @@ from typing import Annotated
 import typer
 
 from saga import admin, logs
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError, SchemaVersionError
+from saga._internal.lease import check_lease_ttl
 from saga.cli.options import app
 from saga.cli.session import Session, printable, reporting, scrub, session_of
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError, SchemaVersionError
-from saga.lease import check_lease_ttl
 
 Interval = Annotated[
     str,

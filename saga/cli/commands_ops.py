@@ -12,12 +12,12 @@ import typer
 from rich.progress import Progress
 
 from saga import admin
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError, SagaHandedBack
+from saga._internal.views import SagaView
 from saga.cli.options import JsonFlag, KeyOption, NameOption, SagaId, app, naming_command
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import FAILED, OK, Session, reporting, session_of
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError, SagaHandedBack
-from saga.views import SagaView
 
 # -- recover ----------------------------------------------------------------------------------
 

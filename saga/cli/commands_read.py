@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from saga import admin
+from saga._internal.ports import DEFAULT_LIST_LIMIT
 from saga.cli.options import JsonFlag, SagaId, WideFlag, app, naming_command
 from saga.cli.render import (
     ListArgs,
@@ -20,7 +21,6 @@ from saga.cli.render import (
     render_timeline,
 )
 from saga.cli.session import respond
-from saga.ports import DEFAULT_LIST_LIMIT
 
 StatusFilter = Annotated[
     list[str] | None,

@@ -20,12 +20,12 @@ from typing import Any
 from rich.text import Text
 
 from saga import admin
+from saga._internal.codec import as_json_value
+from saga._internal.ports import DEFAULT_LIST_LIMIT
+from saga._internal.status import SagaStatus, StepStatus
+from saga._internal.views import SagaView, StepView
+from saga._internal.wording import unsafe
 from saga.cli.session import Session, printable, shown_url
-from saga.codec import as_json_value
-from saga.ports import DEFAULT_LIST_LIMIT
-from saga.status import SagaStatus, StepStatus
-from saga.views import SagaView, StepView
-from saga.wording import unsafe
 
 STATUS_STYLES = {
     SagaStatus.RUNNING: "cyan",

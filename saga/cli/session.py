@@ -18,17 +18,18 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from saga import _secrets, admin
-from saga.coordinator import Coordinator
+from saga import admin
+from saga._internal import _secrets
+from saga._internal.coordinator import Coordinator
 
 # Re-exported: the CLI's names for them (the web console imports them from saga.explanation).
-from saga.explanation import BAD_INPUT as BAD_INPUT
-from saga.explanation import FAILED as FAILED
-from saga.explanation import OK as OK
-from saga.explanation import explain as explain
-from saga.explanation import scrub as scrub
-from saga.wording import printable as printable  # re-exported: the CLI's name for it
-from saga.wording import unsafe
+from saga._internal.explanation import BAD_INPUT as BAD_INPUT
+from saga._internal.explanation import FAILED as FAILED
+from saga._internal.explanation import OK as OK
+from saga._internal.explanation import explain as explain
+from saga._internal.explanation import scrub as scrub
+from saga._internal.wording import printable as printable  # re-exported: the CLI's name for it
+from saga._internal.wording import unsafe
 
 
 @dataclasses.dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from saga.status import SagaStatus, StepStatus
-from saga.views import SagaView
+from saga._internal.status import SagaStatus, StepStatus
+from saga._internal.views import SagaView
 
 
 def _steps(view: SagaView) -> str:

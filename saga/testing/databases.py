@@ -102,7 +102,7 @@ class Store:
     def coordinator(self) -> Any:
         """A ``Coordinator`` on this store, made on first use and kept."""
         if self._coordinator is None:
-            from saga.coordinator import Coordinator
+            from saga._internal.coordinator import Coordinator
 
             self._coordinator = Coordinator(self.url)
         return self._coordinator

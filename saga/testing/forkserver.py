@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
-from saga import faults
+from saga._internal import faults
 
 PRELOADED = (
     "saga.adapters.sql.sqlite",

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from saga.ports import EventRecord
-from saga.status import SagaStatus, StepKind, StepStatus
-from saga.views import SagaView, StepView
+from saga._internal.ports import EventRecord
+from saga._internal.status import SagaStatus, StepKind, StepStatus
+from saga._internal.views import SagaView, StepView
 
 FINAL = (SagaStatus.COMPLETED, SagaStatus.COMPENSATED, SagaStatus.CANCELLED)
 _UNWOUND = (SagaStatus.COMPENSATED, SagaStatus.CANCELLED)

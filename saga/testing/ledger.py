@@ -26,9 +26,9 @@ import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
-from saga import faults
-from saga.context import current_step
-from saga.errors import ConfigurationError
+from saga._internal import faults
+from saga._internal.context import current_step
+from saga._internal.errors import ConfigurationError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS effects (

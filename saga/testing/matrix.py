@@ -21,10 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from saga.definition import Saga
-from saga.errors import ConfigurationError
-from saga.ports import EventRecord
-from saga.status import SagaStatus, StepKind
+from saga._internal.definition import Saga
+from saga._internal.errors import ConfigurationError
+from saga._internal.ports import EventRecord
+from saga._internal.status import SagaStatus, StepKind
+from saga._internal.views import SagaView
 from saga.testing import invariants
 from saga.testing.databases import ENV_URL, Store, StorePool
 from saga.testing.forkserver import Ended, ForkPool, ForkServer
@@ -32,7 +33,6 @@ from saga.testing.plan import Path as RunPath
 from saga.testing.plan import cases, specs
 from saga.testing.report import Case, Report, Row, what_ran
 from saga.testing.targets import Target, target_of
-from saga.views import SagaView
 
 ENTRY = "saga.testing.runner:job"
 Check = Callable[..., object]

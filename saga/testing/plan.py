@@ -2,7 +2,7 @@
 
 The points are not guessed from the saga's shape: a probe run of each path
 (the one that succeeds, and one per step made to fail) in a child process
-lists every fault point it passes, in order (``saga.faults.trace``). The
+lists every fault point it passes, in order (``saga._internal.faults.trace``). The
 matrix is then every such point, crossed with the modes that mean something
 there. The same saga gives the same matrix.
 """

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from saga.coordinator import Coordinator
+from saga._internal.coordinator import Coordinator
 from saga.testing.databases import ENV_URL, fresh_store
 from saga.testing.forkserver import ForkPool
 from saga.testing.ledger import ENV as LEDGER_ENV

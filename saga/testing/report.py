@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from saga.ports import EventRecord
+from saga._internal.ports import EventRecord
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from saga import faults
-from saga.aio import AsyncCoordinator
-from saga.coordinator import Coordinator
-from saga.definition import Saga
-from saga.errors import SagaFailed, SagaHandedBack
-from saga.status import SagaStatus
+from saga._internal import faults
+from saga._internal.aio import AsyncCoordinator
+from saga._internal.coordinator import Coordinator
+from saga._internal.definition import Saga
+from saga._internal.errors import SagaFailed, SagaHandedBack
+from saga._internal.status import SagaStatus
 from saga.testing.targets import Target, fail_step
 
 RUN_LEASE_TTL = 0.1

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from types import ModuleType
 from typing import Any, Literal
 
-from saga.definition import Saga
-from saga.errors import ConfigurationError
+from saga._internal.definition import Saga
+from saga._internal.errors import ConfigurationError
 
 Style = Literal["declarative", "context"]
 

@@ -7,11 +7,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from saga import admin
-from saga.coordinator import Coordinator
-from saga.errors import ConfigurationError
-from saga.operator_identity import operator_source
-from saga.ports import EventRecord
-from saga.views import SagaView
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import ConfigurationError
+from saga._internal.operator_identity import operator_source
+from saga._internal.ports import EventRecord
+from saga._internal.views import SagaView
 from saga.web.markup import attr, page, path, short, text
 
 Call = Callable[[Coordinator, str, str, str], SagaView]  # coord, saga id, step, reason

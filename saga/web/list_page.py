@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from saga._internal.ports import DEFAULT_LIST_LIMIT
+from saga._internal.status import SagaStatus
+from saga._internal.views import SagaView
 from saga.admin import SagaPage, current_step, human_duration, is_stuck, iso_time
-from saga.ports import DEFAULT_LIST_LIMIT
-from saga.status import SagaStatus
-from saga.views import SagaView
 from saga.web.markup import attr, page, path, query, short, table, text
 
 

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from saga.codec import as_json_value
-from saga.wording import printable
+from saga._internal.codec import as_json_value
+from saga._internal.wording import printable
 
 ROOT: contextvars.ContextVar[str] = contextvars.ContextVar("saga_web_root", default="")
 """Where the console is mounted (the ASGI ``root_path``), set per request.

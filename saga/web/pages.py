@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from saga._internal.views import StepView
 from saga.admin import SagaDiff, human_duration, input_digest, total_duration
-from saga.views import StepView
 from saga.web.markup import attr, page, path, short, table, text
 
 

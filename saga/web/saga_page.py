@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from saga._internal.status import SagaStatus, StepStatus
+from saga._internal.views import SagaView, StepView
 from saga.admin import (
     SagaDetail,
     Timeline,
@@ -16,8 +18,6 @@ from saga.admin import (
     total_duration,
 )
 from saga.admin.inputs import definition_of
-from saga.status import SagaStatus, StepStatus
-from saga.views import SagaView, StepView
 from saga.web import timeline
 from saga.web.markup import attr, json_block, page, path, short, table, text
 

@@ -17,16 +17,16 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from saga import admin
-from saga.coordinator import Coordinator
-from saga.errors import (
+from saga._internal.coordinator import Coordinator
+from saga._internal.errors import (
     ConfigurationError,
     SagaError,
     SagaHandedBack,
     StorageUnavailableError,
     UnknownSagaError,
 )
-from saga.explanation import explain, scrub
-from saga.ports import DEFAULT_LIST_LIMIT
+from saga._internal.explanation import explain, scrub
+from saga._internal.ports import DEFAULT_LIST_LIMIT
 from saga.web import actions, saga_page
 from saga.web.list_page import COUNT_CAP, Filters, list_page
 from saga.web.markup import ROOT

@@ -13,9 +13,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Literal
 
+from saga._internal.status import StepStatus
+from saga._internal.views import SagaView
 from saga.admin import IN_DOUBT, TimelineEntry, human_duration, is_stuck
-from saga.status import StepStatus
-from saga.views import SagaView
 from saga.web.markup import attr, text
 
 Lane = Literal["forward", "compensation"]

@@ -19,9 +19,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from saga import AsyncCoordinator, AsyncSagaScope, RecoveryReport, Saga, SagaStatus, SagaView
-from saga.engine.scope import StepCall
-from saga.listening import Listener, Listeners
-from saga.ports import EventRecord, SagaStore
+from saga._internal.engine.scope import StepCall
+from saga._internal.listening import Listener, Listeners
+from saga._internal.ports import EventRecord, SagaStore
 
 T = TypeVar("T")
 

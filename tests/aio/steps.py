@@ -13,7 +13,7 @@ import threading
 from typing import Any
 
 from saga import StepStatus, current_step
-from saga.ports import SagaStore
+from saga._internal.ports import SagaStore
 from tests.aio.support import step_status, wait_for_step
 
 LOG: list[tuple[Any, ...]] = []

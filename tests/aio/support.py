@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from saga import SagaStatus, StepStatus
-from saga.ports import EventRecord, SagaStore
+from saga._internal.ports import EventRecord, SagaStore
 
 WAIT_LIMIT = 20.0
 """How long a test waits for a condition before it fails (never reached when all is well)."""

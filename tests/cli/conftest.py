@@ -15,8 +15,8 @@ from sqlalchemy import update
 from typer.testing import CliRunner, Result
 
 from saga import Coordinator, SagaFailed, SagaScope, SagaStatus
+from saga._internal.ports import Commit, Event, SagaRecord
 from saga.cli import app
-from saga.ports import Commit, Event, SagaRecord
 from tests.cli import steps
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ from saga.adapters.sql import tables
 from sqlalchemy import update
 
 from saga import AsyncCoordinator, Coordinator
-from saga.ports import DEFAULT_LIST_LIMIT
+from saga._internal.ports import DEFAULT_LIST_LIMIT
 from saga.web.list_page import Filters
 from tests.cli.conftest import REPO, bare, expire, invoke, run_saga, saga_command
 

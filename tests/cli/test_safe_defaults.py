@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 
 from saga import Coordinator, DatabaseRefusedError, RetryPolicy, StorageUnavailableError
-from saga.errors import DatabaseNotFoundError
+from saga._internal.errors import DatabaseNotFoundError
 from tests.cli.conftest import one_error_line, run_saga
 
 FOREVER = RetryPolicy(max_attempts=None, retry_on=(StorageUnavailableError,))

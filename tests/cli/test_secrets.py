@@ -16,7 +16,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
-from saga import _secrets
+from saga._internal import _secrets
 from tests.cli.conftest import REPO, run_saga, saga_command
 from tests.cli.test_worker_and_demo import _wait_for
 from tests.web.conftest import serving

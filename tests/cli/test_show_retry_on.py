@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from saga import Coordinator, SagaStatus
-from saga.ports import Commit, Event, SagaRecord
+from saga._internal.ports import Commit, Event, SagaRecord
 from tests.cli import retry_steps
 from tests.cli.conftest import World, run_saga
 

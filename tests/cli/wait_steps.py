@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 
 from saga import Coordinator, RetryPolicy, Saga, StepContext
-from saga.ports import EventRecord
+from saga._internal.ports import EventRecord
 
 BACKOFF = 600.0
 """The wait after the failed attempt: far longer than the attempt, which returns at once,

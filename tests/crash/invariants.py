@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from saga import RetryPolicy, SagaStatus, SagaView, StepStatus
-from saga.ports import EventRecord
+from saga._internal.ports import EventRecord
 from saga.testing.invariants import history_problems
 from tests.crash.ledger import Call, Ledger
 

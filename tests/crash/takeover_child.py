@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from saga import Coordinator, Saga, StepContext, faults
+from saga import Coordinator, Saga, StepContext
+from saga._internal import faults
 from tests.children import CommandLine, arg
 
 FAULT = "after_start_commit:charge"

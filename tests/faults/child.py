@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from saga import AsyncCoordinator, Coordinator, LeaseLostError, RecoveryReport, SagaFailed
-from saga.ports import SagaStore
+from saga._internal.ports import SagaStore
 from tests import children
 from tests.children import arg, recover_until_settled, report
 from tests.faults import sagas

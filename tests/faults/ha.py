@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from saga import Coordinator, SagaStatus
-from saga.errors import StorageUnavailableError
+from saga._internal.errors import StorageUnavailableError
 from tests.children import ROOT, child_env
 from tests.faults import sagas
 from tests.faults.workload import Runners

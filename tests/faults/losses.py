@@ -18,8 +18,8 @@ from typing import Protocol
 from saga.adapters.sql.postgres import PostgresDialect
 from saga.adapters.sql.store import SqlSagaStore
 
-from saga.ports import Commit
-from saga.status import StepStatus
+from saga._internal.ports import Commit
+from saga._internal.status import StepStatus
 from tests.faults import figures
 from tests.faults.ackproxy import (
     SAGA_RECORDS,

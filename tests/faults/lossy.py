@@ -20,7 +20,7 @@ from saga.adapters.sql.store import SqlSagaStore
 from sqlalchemy import Connection
 
 from saga import RetryPolicy, StorageUnavailableError
-from saga.ports import ClaimGuard, Commit, Event, Runnable, SagaRecord
+from saga._internal.ports import ClaimGuard, Commit, Event, Runnable, SagaRecord
 from tests.faults import figures
 
 T = TypeVar("T")

@@ -42,9 +42,9 @@ from saga import (
     StepContext,
     StepStatus,
 )
+from saga._internal.errors import LeaseLostError
+from saga._internal.ports import EventRecord
 from saga.admin import actions
-from saga.errors import LeaseLostError
-from saga.ports import EventRecord
 from tests.crash.invariants import check_history
 from tests.faults.dump import Dump
 from tests.interleave import Actor, ActorKilled, Boundary, Interleaving

@@ -34,7 +34,8 @@ from typing import Any
 from sqlalchemy import Column, MetaData, String, Table, delete, insert
 from sqlalchemy.pool import NullPool
 
-from saga import RetryPolicy, Saga, StepContext, current_step, faults
+from saga import RetryPolicy, Saga, StepContext, current_step
+from saga._internal import faults
 from tests import postgres
 from tests.crash import ledger
 

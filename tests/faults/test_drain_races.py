@@ -60,8 +60,8 @@ from saga import (
     StepContext,
     StepStatus,
 )
-from saga.errors import LeaseLostError
-from saga.ports import SagaRecord
+from saga._internal.errors import LeaseLostError
+from saga._internal.ports import SagaRecord
 from tests.faults import races
 from tests.faults.conftest import FreshUrl
 from tests.faults.dump import dump

@@ -34,19 +34,12 @@ from hypothesis.stateful import (
     rule,
 )
 
-from saga import (
-    OperationRefusedError,
-    RetryPolicy,
-    Saga,
-    SagaStatus,
-    StepKind,
-    StepStatus,
-    engine,
-)
-from saga.codec import encode
-from saga.engine import rules
-from saga.ports import Commit, Event, SagaRecord, StepWrite, guard_broken
-from saga.status import check_saga_move, check_step_move
+from saga import OperationRefusedError, RetryPolicy, Saga, SagaStatus, StepKind, StepStatus
+from saga._internal import engine
+from saga._internal.codec import encode
+from saga._internal.engine import rules
+from saga._internal.ports import Commit, Event, SagaRecord, StepWrite, guard_broken
+from saga._internal.status import check_saga_move, check_step_move
 from tests.faults import figures
 
 pytestmark = pytest.mark.faults

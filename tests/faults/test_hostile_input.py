@@ -24,7 +24,7 @@ from saga import (
     UnknownSagaError,
     UnsafeReferenceError,
 )
-from saga.codec import encode
+from saga._internal.codec import encode
 from tests.faults import figures, sagas
 from tests.faults.dump import dump, unchanged
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga.errors import LeaseLostError
+from saga._internal.errors import LeaseLostError
 from tests.faults import races
 from tests.faults.conftest import FreshUrl
 from tests.faults.dump import dump

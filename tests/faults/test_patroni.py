@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from saga import Coordinator, SagaStatus, SagaView, StepStatus
-from saga.views import view_of
+from saga._internal.views import view_of
 from tests import postgres
 from tests.crash import ledger
 from tests.faults import figures, ha, sagas, workload

@@ -27,7 +27,7 @@ import pytest
 from saga.adapters.sql.store import SqlSagaStore
 
 from saga import AsyncCoordinator, Coordinator, SagaFailed, SagaStatus, SagaView, StorageError
-from saga.ports import Commit, Event, EventRecord
+from saga._internal.ports import Commit, Event, EventRecord
 from tests.faults import siblings
 from tests.faults.ackproxy import proxy_for
 from tests.faults.losses import A_COMMIT, A_UNDO, STEP_START, Losses, ProxyLosses, StoreLosses

@@ -30,7 +30,7 @@ from saga import (
     SagaStatus,
     SagaView,
 )
-from saga.views import view_of
+from saga._internal.views import view_of
 from tests.crash import ledger
 from tests.crash.invariants import check_saga
 from tests.faults import figures, sagas

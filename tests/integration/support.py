@@ -10,7 +10,7 @@ from saga.adapters.sql.store import SqlSagaStore
 from sqlalchemy import update
 
 from saga import Coordinator, RetryPolicy, SagaStatus, StepStatus
-from saga.ports import EventRecord
+from saga._internal.ports import EventRecord
 
 
 def fast(max_attempts: int | None = 3, **kwargs: object) -> RetryPolicy:

@@ -17,7 +17,7 @@ from saga import (
     StepContext,
     StepStatus,
 )
-from saga.ports import Event
+from saga._internal.ports import Event
 from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import expire_lease, kinds

@@ -16,7 +16,7 @@ from types import TracebackType
 import pytest
 
 from saga import Coordinator, RetryPolicy, Saga, SagaEvent, SagaFailed, SagaStatus, StepContext
-from saga.listening import HOOKS
+from saga._internal.listening import HOOKS
 from tests.integration.conftest import MakeCoordinator
 
 FAST_RETRY = RetryPolicy(max_attempts=2, initial_delay=0, jitter=0)

@@ -20,7 +20,7 @@ from saga import (
     SagaStatus,
     StepContext,
 )
-from saga.ports import Event
+from saga._internal.ports import Event
 from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.steps import Crash

@@ -28,9 +28,9 @@ from saga import (
     SagaStatus,
     StepContext,
     StepStatus,
-    definition,
 )
-from saga.ports import Event
+from saga._internal import definition
+from saga._internal.ports import Event
 from tests.aio.facade import AsyncFacade
 from tests.integration.steps import Crash
 from tests.integration.support import wait_until_expired

@@ -255,7 +255,7 @@ def test_an_unknown_definition_is_reported_and_does_not_stop_the_others(
     orphan = _crash(dead, _crashing("recover-orphan"))
     survivor = _crash(dead, _crashing("recover-survivor"))
     recoverer = make_coord(lease_ttl=0.3)
-    from saga import definition
+    from saga._internal import definition
 
     definition._catalog.pop(("recover-orphan", 1))  # this "process" never imported that saga
     wait_until_expired(recoverer, survivor)

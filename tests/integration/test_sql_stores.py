@@ -10,8 +10,14 @@ from saga.adapters.sql.pg_async import PostgresAsyncStore
 from saga.adapters.sql.store import SqlSagaStore
 from saga.adapters.threaded_async import ThreadedAsyncStore
 
-from saga.ports import AsyncSagaStore, Deletable, JoinsSessions, MigratableSchema, SagaStore
-from saga.store import async_store, open_store
+from saga._internal.ports import (
+    AsyncSagaStore,
+    Deletable,
+    JoinsSessions,
+    MigratableSchema,
+    SagaStore,
+)
+from saga._internal.store import async_store, open_store
 from tests.store_contract import AsyncStoreContract, StoreContract
 
 

@@ -19,7 +19,7 @@ from redis.retry import Retry
 from sqlalchemy.engine import make_url
 
 from saga import Coordinator, RetryPolicy, Saga, SagaStatus, StepContext
-from saga.transient import is_transient
+from saga._internal.transient import is_transient
 from tests.participants import MARIADB
 from tests.participants import running as _running
 

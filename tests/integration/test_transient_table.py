@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import create_engine, exc, text
 
 from saga import Coordinator, Saga, SagaFailed, SagaStatus, StepContext
-from saga.transient import is_transient
+from saga._internal.transient import is_transient
 from tests import participants, postgres
 
 

@@ -18,7 +18,7 @@ from saga import (
     SagaFailed,
     StepContext,
 )
-from saga import typed as typed_module
+from saga._internal import typed as typed_module
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import expire_lease, sql_store
 

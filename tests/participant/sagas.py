@@ -30,7 +30,8 @@ from sqlalchemy import (
     select,
 )
 
-from saga import RetryPolicy, Saga, StepContext, faults
+from saga import RetryPolicy, Saga, StepContext
+from saga._internal import faults
 
 metadata = MetaData()
 reservations = Table(

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from saga import AsyncCoordinator, Coordinator, Saga, StepContext, current_step
+from saga._internal.views import SagaView
 from saga.testing import Ledger
-from saga.views import SagaView
 
 book = Ledger()
 

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 from examples import fastapi_app
-from saga import Coordinator, faults
+from saga import Coordinator
+from saga._internal import faults
 from tests import children
 
 ORDER = {"item": "lamp", "card": "tok_visa"}

@@ -28,7 +28,8 @@ from saga.adapters.sql import revisions
 from sqlalchemy import create_engine, text
 
 from examples import fastapi_app
-from saga import Coordinator, SagaStatus, faults
+from saga import Coordinator, SagaStatus
+from saga._internal import faults
 from tests import children
 from tests.integration.support import expire_lease
 from tests.transactional import fastapi_child

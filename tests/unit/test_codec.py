@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from saga import PayloadError
-from saga.codec import DEFAULT_PAYLOAD_LIMIT, decode, digest, encode
+from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT, decode, digest, encode
 
 
 @dataclasses.dataclass

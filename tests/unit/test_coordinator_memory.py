@@ -34,7 +34,7 @@ from saga import (
     StepStatus,
     UnsafeReferenceError,
 )
-from saga.ports import Commit, SagaRecord, StepRecord, StepWrite
+from saga._internal.ports import Commit, SagaRecord, StepRecord, StepWrite
 
 NO_WAIT = {"initial_delay": 0.0, "jitter": 0.0}
 calls: list[tuple[Any, ...]] = []

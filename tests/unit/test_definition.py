@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from saga import DefinitionError, RetryPolicy, Saga, StepContext, StepKind
-from saga.policy import DEFAULT_RETRIABLE_RETRY, DEFAULT_STEP_RETRY
+from saga._internal.policy import DEFAULT_RETRIABLE_RETRY, DEFAULT_STEP_RETRY
 
 
 def fresh(prefix: str = "def", **options: object) -> Saga:

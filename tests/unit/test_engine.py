@@ -7,9 +7,10 @@ import uuid
 
 import pytest
 
-from saga import IllegalTransitionError, RetryPolicy, Saga, SagaStatus, StepKind, StepStatus, engine
-from saga.codec import encode
-from saga.ports import Commit, SagaRecord, StepRecord, StepWrite
+from saga import IllegalTransitionError, RetryPolicy, Saga, SagaStatus, StepKind, StepStatus
+from saga._internal import engine
+from saga._internal.codec import encode
+from saga._internal.ports import Commit, SagaRecord, StepRecord, StepWrite
 
 T = StepStatus
 

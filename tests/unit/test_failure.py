@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from saga import RecordedError, SagaStatus, StepStatus
-from saga.errors import describe_error
-from saga.failure import failing_step, rebuilt_error, recorded_failure
-from saga.ports import SagaRecord, StepRecord
+from saga._internal.errors import describe_error
+from saga._internal.failure import failing_step, rebuilt_error, recorded_failure
+from saga._internal.ports import SagaRecord, StepRecord
 
 T = StepStatus
 

@@ -14,20 +14,13 @@ from typing import Any
 
 import pytest
 
-from saga import (
-    RetryPolicy,
-    Saga,
-    SagaFailed,
-    SagaHandedBack,
-    SagaStatus,
-    StepStatus,
-    engine,
-)
-from saga.engine import effects, rules
-from saga.engine.attempts import attempts
-from saga.engine.forward import STOPPED, Forward
-from saga.ports import SagaRecord
-from saga.refs import Resolver
+from saga import RetryPolicy, Saga, SagaFailed, SagaHandedBack, SagaStatus, StepStatus
+from saga._internal import engine
+from saga._internal.engine import effects, rules
+from saga._internal.engine.attempts import attempts
+from saga._internal.engine.forward import STOPPED, Forward
+from saga._internal.ports import SagaRecord
+from saga._internal.refs import Resolver
 
 Answer = Callable[[effects.Effect], Any]
 

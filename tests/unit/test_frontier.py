@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saga import RetryPolicy, Saga, StepContext
-from saga.engine import Complete, GiveUp, ready
-from saga.engine.frontier import Frontier
-from saga.ports import SagaRecord, StepRecord
-from saga.status import SagaStatus, StepStatus
+from saga._internal.engine import Complete, GiveUp, ready
+from saga._internal.engine.frontier import Frontier
+from saga._internal.ports import SagaRecord, StepRecord
+from saga._internal.status import SagaStatus, StepStatus
 
 
 def _noop(ctx: StepContext) -> None:

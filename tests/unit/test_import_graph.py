@@ -11,8 +11,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"saga": ROOT / "saga", "saga.adapters": ROOT / "adapters"}
 
-ENGINE_MAY_NOT_IMPORT = ("threading", "asyncio", "concurrent", "saga.adapters", "saga.store")
-ENGINE_MAY_NOT_IMPORT += ("saga.drivers", "saga.coordinator", "saga.aio", "saga.scope")
+_I = "saga._internal"
+ENGINE_MAY_NOT_IMPORT = ("threading", "asyncio", "concurrent", "saga.adapters", f"{_I}.store")
+ENGINE_MAY_NOT_IMPORT += (f"{_I}.drivers", f"{_I}.coordinator", f"{_I}.aio", f"{_I}.scope")
 """The engine is sans-I/O: no threads, no event loop, no store, no driver, no shell."""
 
 
@@ -88,7 +89,7 @@ def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_the_graph_sees_function_local_imports() -> None:
     graph = _graph()
-    assert "saga.adapters.sql" in graph["saga.store"]  # imported inside open_store
+    assert "saga.adapters.sql" in graph["saga._internal.store"]  # imported inside open_store
     assert "saga.adapters.sql.writes" in graph["saga.adapters.sql.pg_async"]  # relative
 
 
@@ -108,7 +109,7 @@ def _every_import(path: Path) -> Iterator[str]:
 
 
 def test_the_engine_imports_no_threading_asyncio_store_or_driver() -> None:
-    engine = sorted((ROOT / "saga" / "engine").glob("*.py"))
+    engine = sorted((ROOT / "saga" / "_internal" / "engine").glob("*.py"))
     assert len(engine) > 5
     for path in engine:
         for imported in _every_import(path):
@@ -142,7 +143,9 @@ def test_what_the_engine_reaches_through_its_imports() -> None:
     """Transitively: a module the engine imports may not import I/O either (the
     direct check above missed asyncio, reached through saga.context)."""
     graph, modules = _graph(), _modules()
-    reached = _reached_from(graph, [name for name in graph if name.startswith("saga.engine")])
+    reached = _reached_from(
+        graph, [name for name in graph if name.startswith("saga._internal.engine")]
+    )
     found = {
         (module, banned)
         for module in reached
@@ -155,8 +158,8 @@ def test_what_the_engine_reaches_through_its_imports() -> None:
 
 def test_the_storage_modules_import_no_driver() -> None:
     graph = _graph()
-    drivers = {"saga.drivers.threads", "saga.drivers.tasks", "saga.coordinator", "saga.aio"}
+    drivers = {f"{_I}.drivers.threads", f"{_I}.drivers.tasks", f"{_I}.coordinator", f"{_I}.aio"}
     storage = [name for name in graph if name.startswith("saga.adapters.sql")]
-    storage += ["saga.ports", "saga.record", "saga.errors", "saga.status", "saga._statuses"]
+    storage += [f"{_I}.{name}" for name in ("ports", "record", "errors", "status", "_statuses")]
     for name in storage:
         assert not graph[name] & drivers, name

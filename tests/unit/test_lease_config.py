@@ -16,7 +16,7 @@ import pytest
 from saga.adapters.memory import InMemorySagaStore
 
 from saga import AsyncCoordinator, ConfigurationError, Coordinator
-from saga.lease import (
+from saga._internal.lease import (
     MAX_LEASE_TTL,
     MIN_LEASE_TTL,
     Heartbeat,

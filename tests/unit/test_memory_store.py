@@ -10,8 +10,8 @@ from saga.adapters.memory import InMemorySagaStore
 from saga.adapters.threaded_async import ThreadedAsyncStore
 
 from saga import StorageError
-from saga.ports import AsyncSagaStore, Commit, ListQuery, SagaStore, StepWrite
-from saga.store import async_store, open_store
+from saga._internal.ports import AsyncSagaStore, Commit, ListQuery, SagaStore, StepWrite
+from saga._internal.store import async_store, open_store
 from tests.store_contract import (
     TTL,
     AsyncStoreContract,

@@ -8,7 +8,7 @@ import pytest
 import tenacity
 
 from saga import ConfigurationError, LeaseLostError, PayloadError, RetryPolicy, is_transient
-from saga.policy import (
+from saga._internal.policy import (
     DEFAULT_COMPENSATION_RETRY,
     DEFAULT_STEP_RETRY,
     INLINE_COMPENSATION_WAIT,
@@ -181,7 +181,7 @@ class _Judge:
     ("retry_on", "described"),
     [
         (is_transient, "transient errors (default)"),
-        ((ConnectionError, PayloadError), "ConnectionError, saga.errors.PayloadError"),
+        ((ConnectionError, PayloadError), "ConnectionError, saga.PayloadError"),
         (TimeoutError, "TimeoutError"),
         ((), "no error"),
         (_judge, "predicate tests.unit.test_policy:_judge"),

@@ -21,8 +21,8 @@ import pytest
 from saga.adapters.memory import InMemorySagaStore
 
 from saga import AsyncCoordinator, Coordinator, RetryPolicy, Saga, StepContext, admin
-from saga.ports import EventRecord, Runnable
-from saga.recovery import LOST
+from saga._internal.ports import EventRecord, Runnable
+from saga._internal.recovery import LOST
 
 TTL = 5.0
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from saga import UnsafeReferenceError
-from saga.refs import Resolver, reference_of
+from saga._internal.refs import Resolver, reference_of
 
 
 def debit(account: str, amount: int) -> dict[str, Any]:

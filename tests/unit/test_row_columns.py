@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from saga.adapters.sql import rows
 
-from saga.ports import Event, SagaRecord, StepRecord
-from saga.status import SagaStatus, StepStatus
+from saga._internal.ports import Event, SagaRecord, StepRecord
+from saga._internal.status import SagaStatus, StepStatus
 
 
 def test_the_values_made_are_the_columns_named() -> None:

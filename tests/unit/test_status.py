@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from saga import IllegalTransitionError, SagaStatus, StepStatus
-from saga.status import check_saga_move, check_step_move
+from saga._internal.status import check_saga_move, check_step_move
 
 S = SagaStatus
 T = StepStatus

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from saga.drivers.tasks import _Tasks
-from saga.engine.decisions import Cursor
-from saga.engine.effects import Branch, Finished
-from saga.ports import StepRecord
-from saga.status import StepStatus
+from saga._internal.drivers.tasks import _Tasks
+from saga._internal.engine.decisions import Cursor
+from saga._internal.engine.effects import Branch, Finished
+from saga._internal.ports import StepRecord
+from saga._internal.status import StepStatus
 
 WAIT_LIMIT = 30.0  # only bounds a hang: the stop is heard at once when all is well
 

@@ -82,7 +82,7 @@ def test_a_missing_or_edited_version_is_refused_naming_both(
     saga_id = old.list()[0].id
     record = store.load(saga_id)
     assert record is not None
-    from saga import definition
+    from saga._internal import definition
 
     del definition._catalog[(name, 1)]  # this "process" never imported v1
     clock.advance(6)

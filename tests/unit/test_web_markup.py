@@ -7,10 +7,10 @@ from __future__ import annotations
 from html.parser import HTMLParser
 from urllib.parse import quote
 
+from saga._internal.ports import EventRecord
+from saga._internal.status import SagaStatus, StepKind, StepStatus
+from saga._internal.views import SagaView, StepView
 from saga.admin import SagaDetail, SagaDiff, SagaPage, Timeline
-from saga.ports import EventRecord
-from saga.status import SagaStatus, StepKind, StepStatus
-from saga.views import SagaView, StepView
 from saga.web import actions
 from saga.web.list_page import COUNT_CAP, Filters, list_page
 from saga.web.pages import diff_page

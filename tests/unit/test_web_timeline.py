@@ -6,10 +6,10 @@ import dataclasses
 import re
 from typing import Any
 
+from saga._internal.ports import EventRecord
+from saga._internal.status import SagaStatus, StepKind, StepStatus
+from saga._internal.views import SagaView, StepView
 from saga.admin import timeline
-from saga.ports import EventRecord
-from saga.status import SagaStatus, StepKind, StepStatus
-from saga.views import SagaView, StepView
 from saga.web.timeline import UNKNOWN_LABEL, WIDTH, layout, svg
 
 

@@ -14,7 +14,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from saga import Coordinator, SagaStatus, StepStatus
-from saga.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga._internal.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
 from tests import postgres
 from tests.cli.conftest import crashed
 from tests.web.conftest import serving

@@ -1,0 +1,206 @@
+"""``AsyncCoordinator``: the asyncio twin of ``Coordinator``, method for method."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from saga._internal.aio_scope import AsyncSagaScope
+from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT
+from saga._internal.coordinator import Coordinator
+from saga._internal.definition import Saga
+from saga._internal.drivers.tasks import TaskDriver
+from saga._internal.engine import rules
+from saga._internal.listening import Listener
+from saga._internal.policy import (
+    DEFAULT_COMPENSATION_RETRY,
+    INLINE_COMPENSATION_WAIT,
+    STORE_RETRY,
+    RetryPolicy,
+)
+from saga._internal.ports import DEFAULT_LIST_LIMIT, EventRecord, SagaRecord, SagaStore
+from saga._internal.recovery import RecoveryOutcome, RecoveryReport
+from saga._internal.status import SagaStatus
+from saga._internal.store import async_store
+from saga._internal.views import SagaView, needs_events, view_of
+
+
+class AsyncCoordinator:
+    """Runs sagas durably from asyncio code; the same arguments as ``Coordinator``.
+
+    Async step functions run on the caller's event loop (so they may use its
+    connections and clients); sync ones run in a worker thread.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        lease_ttl: float | None = None,
+        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
+        trusted_modules: Iterable[str] = (),
+        store: SagaStore | None = None,
+        store_retry: RetryPolicy = STORE_RETRY,
+        session_factory: Callable[..., Any] | None = None,
+        listeners: Iterable[Listener] = (),
+        log_events: bool = True,
+        create_tables: bool = True,
+        resources: Mapping[str, Any] | None = None,
+        compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
+        compensation_wait_in_place: float = INLINE_COMPENSATION_WAIT,
+    ) -> None:
+        self.sync = Coordinator(
+            url,
+            lease_ttl=lease_ttl,
+            payload_limit=payload_limit,
+            trusted_modules=trusted_modules,
+            store=store,
+            store_retry=store_retry,
+            session_factory=session_factory,
+            listeners=listeners,
+            log_events=log_events,
+            create_tables=create_tables,
+            resources=resources,
+            compensation_retry=compensation_retry,
+            compensation_wait_in_place=compensation_wait_in_place,
+        )
+        self.listeners = self.sync.listeners
+        self.resources = self.sync.resources
+        self.store = async_store(self.sync.store)
+        self.driver = TaskDriver(self.store, self.sync.driver)
+        self.engine = self.sync.engine
+
+    def __repr__(self) -> str:
+        return f"AsyncCoordinator({self.sync.store.url!r})"
+
+    @property
+    def owner(self) -> str:
+        return self.sync.owner
+
+    @property
+    def lease_ttl(self) -> float:
+        return self.sync.lease_ttl
+
+    async def __aenter__(self) -> AsyncCoordinator:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """See ``Coordinator.close``; async resource closers are awaited on this loop."""
+        await self.resources.aclose()
+        await self.store.close()
+        await asyncio.to_thread(self.sync.close)
+
+    async def create_schema(self) -> None:
+        await asyncio.to_thread(self.sync.create_schema)
+
+    def drain(self) -> None:
+        """See ``Coordinator.drain``; safe to call from a signal handler."""
+        self.sync.drain()
+
+    @property
+    def draining(self) -> bool:
+        """See ``Coordinator.draining``."""
+        return self.sync.draining
+
+    def register(self, *sagas: Saga) -> None:
+        self.sync.register(*sagas)
+
+    def add_listener(
+        self, listener: Listener, *, inline: bool | None = None, queue_size: int | None = None
+    ) -> None:
+        """See ``Coordinator.add_listener``; a coroutine function is awaited on the
+        listener's own thread and event loop, never on the caller's."""
+        self.sync.add_listener(listener, inline=inline, queue_size=queue_size)
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(
+        self,
+        saga: Saga | str,
+        data: Any = None,
+        *,
+        key: str | None = None,
+        deadline: timedelta | float | None = None,
+    ) -> SagaView:
+        """Run a declarative saga to its end; see ``Coordinator.run``."""
+        definition = self.sync.definitions.definition(saga)
+        return view_of(await self.driver.run(self.engine.run(definition, data, key, deadline)))
+
+    def saga(
+        self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
+    ) -> AsyncSagaScope:
+        """A context-manager saga: ``async with coord.saga(...) as s: await s.step(...)``."""
+        return AsyncSagaScope(self, name, key, rules.seconds(deadline))
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def get(
+        self, saga_id: str | None = None, *, key: str | None = None, name: str | None = None
+    ) -> SagaView:
+        """See ``Coordinator.get``: by id, or by key (and name)."""
+        return await asyncio.to_thread(lambda: self.sync.get(saga_id, key=key, name=name))
+
+    async def list(
+        self,
+        status: SagaStatus | str | Iterable[SagaStatus | str] | None = None,
+        name: str | None = None,
+        limit: int = DEFAULT_LIST_LIMIT,
+        *,
+        stuck: bool = False,
+        before: str | None = None,
+        older_than: float | None = None,
+        key: str | None = None,
+        id_prefix: str | None = None,
+    ) -> list[SagaView]:
+        return await asyncio.to_thread(
+            lambda: self.sync.list(
+                status,
+                name,
+                limit,
+                stuck=stuck,
+                before=before,
+                older_than=older_than,
+                key=key,
+                id_prefix=id_prefix,
+            )
+        )
+
+    async def _view(self, record: SagaRecord) -> SagaView:
+        """See ``Coordinator._view``."""
+        if not needs_events(record):
+            return view_of(record)
+        return await asyncio.to_thread(self.sync._view, record)
+
+    async def history(self, saga_id: str) -> builtins.list[EventRecord]:
+        return await asyncio.to_thread(self.sync.history, saga_id)
+
+    # -- recovery and operator actions --------------------------------------------------------
+
+    async def recover(
+        self, *, compensate: bool = False, limit: int | None = None
+    ) -> RecoveryReport:
+        """Claim every saga whose lease expired and finish it; see ``Coordinator.recover``."""
+        return await self.driver.run(self.engine.recover(compensate, limit))
+
+    async def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
+        """Claim this one saga and finish it; see ``Coordinator.recover_saga``."""
+        return await self.driver.run(self.engine.recover_saga(saga_id, compensate))
+
+    async def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
+        """Unwind a stuck or failed saga now; see ``Coordinator.compensate``."""
+        return await self._view(await self.driver.run(self.engine.compensate(saga_id, action)))
+
+    async def resume(self, saga_id: str) -> SagaView:
+        """Carry a stuck declarative saga forward now."""
+        return await self._view(await self.driver.run(self.engine.resume(saga_id)))
+
+    async def cancel(self, saga_id: str) -> SagaView:
+        """Ask a running saga to stop at its next step boundary and unwind; see
+        ``Coordinator.cancel``."""
+        return await self._view(await self.driver.run(self.engine.cancel(saga_id)))

@@ -1,0 +1,333 @@
+"""A declarative saga going forward: one flow for one step at a time and for many.
+
+Every start is durable before its step runs; a step's success travels with the
+next commit (the starts it made ready, or the final status). Steps run as
+branches, which the driver runs beside each other when the saga allows it
+(``max_concurrency``) or one after the other in the caller's thread when it
+does not. The first failure is recorded at once, the saga turning
+``compensating`` in the same commit (so a crash from then on unwinds); the
+branches that may be cancelled are cancelled, the others are waited for, and
+each completion after the turn is its own commit, so the finish times the
+database gives are the completion order the unwinding follows.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+from saga._internal.codec import decode, encode_result
+from saga._internal.definition import Saga
+from saga._internal.engine import records, unwind
+from saga._internal.engine.attempts import attempts, recorded
+from saga._internal.engine.decisions import Complete, Cursor, GiveUp, RunStep, past_pivot
+from saga._internal.engine.decisions import pivot_may_have_acted as may_have_acted
+from saga._internal.engine.effects import (
+    DRAINING,
+    WAIT,
+    Branch,
+    CancelInFlight,
+    CodeRefs,
+    Fault,
+    Finished,
+    Flow,
+    Launch,
+    Load,
+    Waited,
+    hand_back,
+    write,
+)
+from saga._internal.engine.frontier import Frontier
+from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed
+from saga._internal.policy import RetryPolicy
+from saga._internal.ports import Event, SagaRecord, StepWrite
+from saga._internal.status import SagaStatus, StepKind, StepStatus
+
+STOPPED = "stopped: cancel requested or deadline passed"
+
+
+class Phase(enum.Enum):
+    """Where a forward run stands; it changes only by ``Phase.after`` (``_NEXT``)."""
+
+    GOING = "going"  # steps start as they become ready
+    CANCELLING = "cancelling"  # a stop was asked: nothing new starts, then it unwinds
+    FAILING = "failing"  # a step failed; the turn waits for a pivot in flight to end
+    TURNED = "turned"  # the failure and the turn to compensating are recorded
+
+    def after(self, cue: Cue) -> Phase:
+        """The phase ``cue`` leads to; a cue the table does not hold is a bug."""
+        return _NEXT[self, cue]
+
+
+class Cue(enum.Enum):
+    STOP_ASKED = "a cancel request or a passed deadline, no pivot having acted"
+    FAILED = "a step failed for good"
+    TURN_RECORDED = "the saga turned compensating in the failure's commit"
+    PIVOT_PASSED = "the pivot in flight when the stop came succeeded: forward only"
+
+
+class Carried:
+    """The completions not yet written: they ride with the next commit."""
+
+    def __init__(self) -> None:
+        self.writes: list[StepWrite] = []
+        self.events: list[Event] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.writes)
+
+    def add(self, write_: StepWrite, event: Event) -> None:
+        self.writes.append(write_)
+        self.events.append(event)
+
+    def take(self) -> tuple[list[StepWrite], list[Event]]:
+        """Everything carried, to commit now; nothing is carried afterwards."""
+        taken = self.writes, self.events
+        self.writes, self.events = [], []
+        return taken
+
+
+_NEXT = {
+    (Phase.GOING, Cue.STOP_ASKED): Phase.CANCELLING,
+    (Phase.GOING, Cue.FAILED): Phase.FAILING,
+    (Phase.FAILING, Cue.TURN_RECORDED): Phase.TURNED,
+    (Phase.CANCELLING, Cue.PIVOT_PASSED): Phase.GOING,
+}
+
+
+class Forward:
+    """One forward run of a declarative saga's remaining steps."""
+
+    def __init__(
+        self, saga: Saga, record: SagaRecord, payload_limit: int, resolver: CodeRefs
+    ) -> None:
+        self.saga, self.record = saga, record
+        self.payload_limit, self.resolver = payload_limit, resolver
+        self.frontier = Frontier(saga, record)
+        self.carried = Carried()
+        self.running: set[str] = set()
+        self.phase = Phase.GOING
+        self.failure: tuple[str, BaseException | str] | None = None  # once FAILING
+        # The process is stopping: no new step starts, the saga is handed back (apart
+        # from the phase: a failure or a stop request still unwinds).
+        self.draining = False
+        self.not_run: list[str] = []
+        self.completed: list[str] = []
+
+    def run(self, started: list[RunStep]) -> Flow[SagaRecord]:
+        """Carry the saga forward; ``started`` steps are already durably started.
+        Returns the completed record, or raises ``SagaFailed`` once it unwound."""
+        yield from self._launch(started)
+        while True:
+            if self._stopping and not self.running:
+                if self._resumes_past_pivot():
+                    continue
+                raise (yield from self._stop())
+            if not self._stopping:
+                decision = self.frontier.ready(
+                    self._ahead(), self.running, self.saga.max_concurrency - len(self.running)
+                )
+                if isinstance(decision, Complete):
+                    return (yield from self._complete())
+                if isinstance(decision, GiveUp):
+                    why = f"gave up after {decision.attempts} attempts that never returned"
+                    yield from self._fail_first(decision.name, why)
+                    continue
+                if decision and not self.draining:
+                    self.draining = yield DRAINING  # stopping: no new step starts here
+                if self.draining:
+                    if not self.running:
+                        raise (yield from hand_back(self.record, *self.carried.take()))
+                    yield from self._flush()  # what ended is durable while the rest ends
+                elif decision or self.carried:
+                    yield from self._launch((yield from self._start(decision)))
+                if not self.running:
+                    continue
+            yield from self._collect_all((yield WAIT))
+
+    @property
+    def _stopping(self) -> bool:
+        return self.phase is not Phase.GOING
+
+    def _ahead(self) -> SagaRecord:
+        """The record as it will be once the carried writes are committed."""
+        return records.ahead(self.record, self.carried.writes)
+
+    def _resumes_past_pivot(self) -> bool:
+        """A stop request came while a pivot was in flight, and the pivot succeeded:
+        the saga can only go forward now, so the request is ignored."""
+        if self.phase is Phase.CANCELLING and past_pivot(self._ahead()):
+            self.phase = self.phase.after(Cue.PIVOT_PASSED)
+            return True
+        return False
+
+    def _start(self, steps: list[RunStep]) -> Flow[list[RunStep]]:
+        """Commit the starts of ``steps`` with what the last completions left to write;
+        the steps that may run now (none when the store answered "stop")."""
+        before = self._ahead()
+        starts, started = records.start_all(self.saga, before, steps)
+        first = steps[0].name if steps else None
+        yield Fault("before_start_commit", first)
+        writes, events = self.carried.take()
+        self.record = yield from write(self.record, [*writes, *starts], [*events, *started])
+        yield Fault("after_start_commit", first)
+        # A pivot that may have acted (even unconfirmed, before a crash) means forward
+        # only: a cancel request or a passed deadline no longer unwinds.
+        if self.record.stop and not may_have_acted(before):
+            self.phase = self.phase.after(Cue.STOP_ASKED)
+        if self._stopping:  # started but never run: marked skipped when unwinding
+            self.not_run.extend(step.name for step in steps)
+            return []
+        return steps
+
+    def _launch(self, steps: list[RunStep]) -> Flow[None]:
+        if steps:
+            yield Launch(tuple(self._branch(step) for step in steps))
+            self.running.update(step.name for step in steps)
+
+    def _branch(self, run: RunStep) -> Branch:
+        step = self.saga.by_name(run.name)
+        assert step is not None
+        cursor = Cursor(self.record)
+        cancellable = (
+            step.kind is StepKind.COMPENSATABLE and not step.transactional and is_async(step.fn)
+        )
+        limit = self.payload_limit
+        flow = branch(cursor, run, step.retry, step.timeout, step.fn, step.transactional, limit)
+        return Branch(run.name, flow, cursor, cancellable)
+
+    def _collect_all(self, waited: Waited) -> Flow[None]:
+        if waited.stop_requested and not self._stopping and not may_have_acted(self._ahead()):
+            self.phase = self.phase.after(Cue.STOP_ASKED)  # the steps in flight end first
+            yield CancelInFlight(STOPPED)
+        # Each branch wrote only its own step: their states enter the record at once.
+        self.record = records.ahead(self.record, [StepWrite(f.step) for f in waited.finished])
+        for finished in waited.finished:
+            self.running.discard(finished.name)
+            yield from self._collect(finished)
+            if self._stopping:
+                yield from self._flush()
+
+    def _collect(self, finished: Finished) -> Flow[None]:
+        """Take a finished branch's outcome (its step's state is already in the record)."""
+        name = finished.name
+        self.completed.append(name)
+        if finished.error is None and finished.step.status is StepStatus.SUCCEEDED:
+            self.frontier.succeeded(name)  # transactional: recorded with its own writes
+            return
+        if finished.error is None:
+            assert finished.encoded is not None
+            # self.record holds this step's latest state; the carried writes are others'.
+            write_, event = records.succeeded(self.record, name, finished.encoded)
+            self.frontier.succeeded(name)
+        elif not self._stopping:
+            yield from self._fail_first(name, finished.error)
+            return
+        else:
+            write_, event = records.failed(self._ahead(), name, _text(finished.error))
+        self.carried.add(write_, event)
+
+    def _fail_first(self, name: str, error: BaseException | str) -> Flow[None]:
+        """Record the first failure and turn ``compensating`` in one commit; cancel what
+        may be cancelled. While a pivot may have acted the turn waits until the steps in
+        flight ended: if the pivot succeeded, the saga can only end ``failed``."""
+        self.phase, self.failure = self.phase.after(Cue.FAILED), (name, error)
+        ahead = self._ahead()
+        if may_have_acted(ahead):
+            return
+        yield CancelInFlight(f"cancelled: step {name!r} failed")
+        text = _text(error)
+        write_, event = records.failed(ahead, name, text, outcome_unknown=isinstance(error, str))
+        turn = records.moved(self.record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
+        writes, events = self.carried.take()
+        writes, events = [*writes, write_], [*events, event, turn]
+        self.record = yield from write(self.record, writes, events, SagaStatus.COMPENSATING, text)
+        self.phase = self.phase.after(Cue.TURN_RECORDED)
+
+    def _flush(self) -> Flow[None]:
+        """Commit what the last completion left to write (while stopping: one commit each)."""
+        if self.carried:
+            self.record = yield from write(self.record, *self.carried.take())
+
+    def _complete(self) -> Flow[SagaRecord]:
+        done = records.moved(self.record, SagaStatus.COMPLETED)
+        yield Fault("before_final_commit")
+        writes, events = self.carried.take()
+        record = yield from write(self.record, writes, [*events, done], SagaStatus.COMPLETED)
+        yield Fault("after_final_commit")
+        return record
+
+    def _stop(self) -> Flow[SagaFailed]:
+        """Everything in flight ended: record it, then unwind; return what to raise."""
+        yield from self._flush()
+        if self.saga.max_concurrency > 1:
+            # Reloaded for the completion times the database recorded: parallel steps
+            # are undone newest first by completion, not by start.
+            reloaded = (yield Load(self.record.id)) or self.record
+            self.record = records.in_completion_order(reloaded, self.completed)
+        resolver = self.resolver
+        if self.failure is None:
+            return (yield from unwind.cancelled(resolver, self.record, self.saga, self.not_run))
+        name, error = self.failure
+        if self.phase is Phase.TURNED:
+            failure = yield from unwind.unwound(resolver, self.record, self.saga, name)
+        else:
+            failure = yield from unwind.fail(resolver, self.record, name, error, self.saga)
+        if isinstance(error, BaseException):
+            failure.__cause__ = error
+        return failure
+
+
+def branch(
+    cursor: Cursor,
+    run: RunStep,
+    policy: RetryPolicy,
+    timeout: float | None,
+    action: Callable[..., Any],
+    transactional: bool,
+    payload_limit: int,
+) -> Flow[Finished]:
+    """One step's attempts, as a branch: it ends with its outcome, an error included
+    (a result that cannot be stored fails its step like any error)."""
+    data = decode(cursor.record.input)
+    try:
+        result = yield from attempts(
+            cursor,
+            run.name,
+            run.attempt,
+            policy,
+            timeout,
+            action,
+            data,
+            transactional,
+            payload_limit,
+        )
+        encoded = None
+        if not transactional:
+            encoded = encode_result(result, f"result of step {run.name!r}", payload_limit)
+    except INFRASTRUCTURE_ERRORS:
+        raise
+    except Exception as error:  # collected by the forward flow, then unwound
+        return Finished(recorded(cursor.record, run.name), None, error, time.monotonic())
+    return Finished(recorded(cursor.record, run.name), encoded, None, time.monotonic(), result)
+
+
+def cancelled(branch: Branch, why: str, at: float) -> Finished:
+    """How a cancelled branch ended: a failed attempt (it may have acted), ``at`` its
+    place in the completion order."""
+    return Finished(recorded(branch.cursor.record, branch.name), None, why, at)
+
+
+def is_async(action: Callable[..., Any]) -> bool:
+    """Whether ``action`` is a coroutine function (seen through ``functools.partial``)."""
+    while isinstance(action, functools.partial):
+        action = action.func
+    return inspect.iscoroutinefunction(action)
+
+
+def _text(error: BaseException | str) -> str:
+    return error if isinstance(error, str) else records.describe(error)

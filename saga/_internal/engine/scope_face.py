@@ -1,0 +1,69 @@
+"""What ``s`` shows in both context-manager forms; the shells only add a driver.
+
+``SagaScope`` (threads) and ``AsyncSagaScope`` (asyncio) run the flows this face
+holds (:class:`~saga._internal.engine.scope_flows.ScopeFlows`): entering, each call, leaving.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from saga._internal.engine.core import Engine
+from saga._internal.engine.scope import StepCall
+from saga._internal.policy import RetryPolicy
+from saga._internal.status import SagaStatus
+
+
+class ScopeFace:
+    """What ``s`` shows in both forms (``SagaScope``, ``AsyncSagaScope``): the saga's id,
+    name, key, deadline, status and results, and :meth:`call` for ``s.parallel``. The
+    state behind it is ``_core``, which only the scope and its flows touch; the shells
+    run ``_flows`` (entering, each call, leaving) with their driver."""
+
+    def __init__(self, engine: Engine, name: str, key: str | None, deadline: float | None) -> None:
+        self._engine = engine
+        self._flows = engine.scope(name, key, deadline)
+        self._core = self._flows.core
+
+    @property
+    def id(self) -> str:
+        return self._core.id
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def key(self) -> str | None:
+        return self._core.key
+
+    @property
+    def deadline(self) -> float | None:
+        return self._core.deadline
+
+    @property
+    def status(self) -> SagaStatus | None:
+        """The saga's status as last recorded (None until its first step starts)."""
+        return self._core.status
+
+    @property
+    def results(self) -> dict[str, Any]:
+        """Results of the steps done so far, by step name."""
+        return self._core.results
+
+    def call(
+        self,
+        fn: Any,
+        *args: Any,
+        compensate: Any = None,
+        transactional: bool = False,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        step_name: str | None = None,
+        result_type: Any = None,
+        **kwargs: Any,
+    ) -> StepCall:
+        """A step for :meth:`parallel`, with the arguments ``step`` takes; runs nothing."""
+        return StepCall(
+            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
+        )

@@ -1,0 +1,292 @@
+"""Failing and unwinding: a step's failure recorded, then every step that may have
+acted compensated, newest first, each compensation attempt durable before it runs.
+
+The flows here serve every entry point: a declarative saga's forward flow, the
+context-manager scopes, and the operator verbs (recover, compensate, cancel).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from saga._internal.codec import decode
+from saga._internal.context import StepContext
+from saga._internal.definition import Saga
+from saga._internal.engine import records
+from saga._internal.engine.attempts import (
+    Retries,
+    in_transaction,
+    recorded,
+    retry_scheduled,
+    undo_context,
+    undo_result,
+    undone_outcome,
+)
+from saga._internal.engine.decisions import (
+    Cursor,
+    no_unwinding,
+    stop_reason,
+    undo_stack,
+    unwound_status,
+)
+from saga._internal.engine.effects import (
+    DRAINING,
+    Action,
+    Call,
+    CodeRefs,
+    Fault,
+    Flow,
+    Load,
+    ReadHistory,
+    Sleep,
+    hand_back,
+    write,
+)
+from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
+from saga._internal.failure import compensation_failed
+from saga._internal.policy import RetryPolicy
+from saga._internal.ports import Event, SagaRecord, StepRecord
+from saga._internal.result_types import Read
+from saga._internal.status import SagaStatus
+
+
+def fail(
+    resolver: CodeRefs,
+    record: SagaRecord,
+    name: str,
+    error: BaseException | str,
+    saga: Saga | None,
+) -> Flow[SagaFailed]:
+    """Record step ``name``'s failure, unwind if allowed; return what to raise.
+
+    ``error`` is a text when no exception says why (its attempts never returned)."""
+    text = error if isinstance(error, str) else records.describe(error)
+    write_, event = records.failed(record, name, text, outcome_unknown=isinstance(error, str))
+    why = no_unwinding(record, error)
+    if why is not None:
+        stop = records.moved(record, SagaStatus.FAILED, reason=why)
+        record = yield from write(record, [write_], [event, stop], SagaStatus.FAILED, text)
+        return SagaFailed(record.id, SagaStatus.FAILED, name)
+    turn = records.moved(record, SagaStatus.COMPENSATING, reason=f"step {name!r} failed")
+    record = yield from write(record, [write_], [event, turn], SagaStatus.COMPENSATING, text)
+    return (yield from unwound(resolver, record, saga, name))
+
+
+def cancelled(
+    resolver: CodeRefs, record: SagaRecord, saga: Saga | None, not_run: list[str]
+) -> Flow[SagaFailed]:
+    """Stop as the store asked (a cancel request or a passed deadline) and unwind;
+    return what to raise. The saga ends ``cancelled`` or ``compensated``.
+    ``not_run`` are steps just recorded as started whose actions were not called."""
+    record = (yield Load(record.id)) or record  # which of the two it was
+    skips, skipped = records.not_run(record, not_run)
+    turn = records.moved(record, SagaStatus.COMPENSATING, reason=stop_reason(record))
+    record = yield from write(record, skips, [*skipped, turn], SagaStatus.COMPENSATING)
+    return (yield from unwound(resolver, record, saga, None))
+
+
+def unwound(
+    resolver: CodeRefs, record: SagaRecord, saga: Saga | None, name: str | None
+) -> Flow[SagaFailed]:
+    """Unwind a saga that turned ``compensating`` because of step ``name`` (None: it was
+    stopped); return what to raise."""
+    try:
+        record = yield from unwind(resolver, record, saga)
+    except SagaFailed as failure:
+        failure.failed_step = name
+        return failure
+    return SagaFailed(record.id, record.status, name)
+
+
+def unwind(
+    resolver: CodeRefs, record: SagaRecord, saga: Saga | None, fresh: bool = False
+) -> Flow[SagaRecord]:
+    """Compensate every step that may have acted, newest first, then finish.
+
+    ``fresh``: compensations get their whole retry budget again (an operator's retry)."""
+    check_compensations(resolver, record, saga)
+    yield Fault("before_unwind")
+    for step in undo_stack(record):
+        record = yield from _undo(resolver, record, step, saga, fresh)
+    status = unwound_status(record)
+    settled, events = records.nothing_to_undo(record)  # no step of it stays running
+    yield Fault("before_final_commit")
+    record = yield from write(record, settled, [*events, records.moved(record, status)], status)
+    yield Fault("after_final_commit")
+    return record
+
+
+def check_compensations(resolver: CodeRefs, record: SagaRecord, saga: Saga | None) -> None:
+    """Resolve every compensation still to run: an untrusted stored reference is
+    refused (``UnsafeReferenceError``) before any compensation runs."""
+    for step in undo_stack(record):
+        compensation(resolver, record, step, saga)
+
+
+class _Undoing(Cursor):
+    """A compensation's retries: the latest record, and the error of the last attempt
+    until the next attempt's start records it."""
+
+    def __init__(self, record: SagaRecord) -> None:
+        super().__init__(record)
+        self.error: str | None = None
+        self.took: float | None = None  # how long that attempt ran
+        self.returned: Any = None  # what the compensation returned, kept in its event
+        self.mismatch_noted = False  # its result does not read as its type: recorded once
+
+
+def _undo(
+    resolver: CodeRefs, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool
+) -> Flow[SagaRecord]:
+    call, policy = compensation(resolver, record, step, saga)
+    if call is None:
+        return record
+    if (yield DRAINING):  # stopping: the next owner goes on with this compensation
+        raise (yield from hand_back(record))
+    used = 0 if fresh else (yield from _budget_used(record, step, policy))
+    if not policy.allows(used + 1):
+        return (yield from _exhausted(record, step.name, "compensation attempts used up"))
+    cursor = _Undoing(record)
+    retries = Retries(policy, used)
+    while True:
+        try:
+            if (yield from _undo_attempt(cursor, step, call)):
+                return cursor.record  # transactional: "compensated" committed with it
+            break
+        except Exception as error:
+            try:
+                delay = retries.after(error)  # tenacity decides, as for a step's attempts
+            except INFRASTRUCTURE_ERRORS:
+                raise
+            except Exception:
+                text = records.describe(error)
+                return (yield from _exhausted(cursor.record, step.name, text, error))
+            yield from _before_next_undo(
+                resolver, cursor, step, error, delay, _budget(policy, used, step)
+            )
+    write_, event = records.undone(cursor.record, step.name, cursor.returned)
+    record = yield from write(cursor.record, [write_], [event])
+    yield Fault("after_undo_commit", step.name)
+    return record
+
+
+def _before_next_undo(
+    resolver: CodeRefs,
+    cursor: _Undoing,
+    step: StepRecord,
+    error: Exception,
+    delay: float,
+    budget: int | None,
+) -> Flow[None]:
+    """A compensation's attempt failed and another follows after ``delay``: wait here,
+    or hand the saga back when the wait is longer than a caller's thread may wait in
+    place or the process drains (the failed attempt recorded with the hand-back)."""
+    attempt = recorded(cursor.record, step.name).undo_attempt
+    yield retry_scheduled(cursor.record, step.name, attempt, error, delay, True)
+    if delay > resolver.compensation_wait_in_place:
+        failed = records.undo_attempt_failed(
+            cursor.record, step.name, cursor.error, cursor.took, delay, budget
+        )
+        waiting = SagaHandedBack.waiting_for(
+            cursor.record.id, step.name, attempt, budget, cursor.error, delay
+        )
+        assert waiting.why is not None
+        yield from hand_back(cursor.record, (), failed, delay, waiting.why)
+        raise waiting from None
+    yield Sleep(delay, interruptible=True)
+    if (yield DRAINING):
+        failed = records.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took)
+        raise (yield from hand_back(cursor.record, (), failed)) from None
+
+
+def _budget_used(record: SagaRecord, step: StepRecord, policy: RetryPolicy) -> Flow[int]:
+    """How many attempts of ``step``'s compensation its current budget has used: all of
+    them, unless an operator's retry gave it a fresh budget and it was handed back to
+    wait since; then those made after the retry began, as the hand-back recorded where
+    that budget ends (``max_attempts`` of its failed attempt)."""
+    if step.undo_attempt == 0 or policy.max_attempts is None:
+        return step.undo_attempt
+    history = yield ReadHistory(record.id)
+    for event in reversed(history):
+        if event.step == step.name and event.kind == "compensation_attempt_failed":
+            end = (event.detail or {}).get("max_attempts")
+            if isinstance(end, int) and end > policy.max_attempts:  # a fresh budget's end
+                return max(0, step.undo_attempt - (end - policy.max_attempts))
+            break
+    return step.undo_attempt
+
+
+def _budget(policy: RetryPolicy, used: int, step: StepRecord) -> int | None:
+    """The attempt number the policy stops after, as attempts are numbered (stored):
+    an operator's fresh budget starts after the attempts already made."""
+    if policy.max_attempts is None:
+        return None
+    return policy.max_attempts + (step.undo_attempt - used)
+
+
+def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool]:
+    """One attempt of ``step``'s compensation, its start durable first (with the error of
+    the attempt before, if that one failed). True when the compensation is transactional:
+    its "compensated" record then committed with its own writes."""
+    result = undo_result(cursor.record, step.name)
+    noted = _mismatch_noted(cursor, step.name, result)
+    write_, started = records.undo_started(cursor.record, step.name)
+    failed_before = records.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took)
+    yield Fault("before_undo", step.name)
+    cursor.record = yield from write(cursor.record, [write_], [*failed_before, *noted, started])
+    cursor.error = None
+    began = time.monotonic()
+    context = undo_context(cursor.record, step.name, result)
+    try:
+        if step.transactional:  # the undo and its record commit together
+            yield from in_transaction(cursor, context, call, undone_outcome)
+        else:
+            cursor.returned = yield Call(call, context)
+    except Exception as error:
+        cursor.error = records.describe(error)  # written with the next attempt's start
+        cursor.took = time.monotonic() - began
+        raise
+    yield Fault("after_undo_commit" if step.transactional else "after_undo", step.name)
+    return step.transactional
+
+
+def _mismatch_noted(cursor: _Undoing, name: str, result: Read) -> tuple[Event, ...]:
+    """The ``result_mismatch`` event to write with this attempt's start: with the first
+    attempt that gets its result as stored JSON, not with every retry."""
+    if result.error is None or cursor.mismatch_noted:
+        return ()
+    cursor.mismatch_noted = True
+    return (records.result_mismatch(cursor.record, name, result.error),)
+
+
+def _exhausted(
+    record: SagaRecord, name: str, text: str, cause: BaseException | None = None
+) -> Flow[SagaRecord]:
+    write_, event = records.undo_failed(record, name, text)
+    stop = records.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
+    # The saga's error stays the one that made it unwind; this one is on the step.
+    record = yield from write(record, [write_], [event, stop], SagaStatus.FAILED)
+    raise compensation_failed(record, name, text, cause) from cause
+
+
+def compensation(
+    resolver: CodeRefs, record: SagaRecord, step: StepRecord, saga: Saga | None
+) -> tuple[Action | None, RetryPolicy]:
+    """Step ``step``'s compensation and its retry policy (None: nothing to call)."""
+    if record.kind == "declarative":
+        assert saga is not None
+        declared = saga.by_name(step.name)
+        if declared is None or declared.undo is None:
+            return None, declared.undo_retry if declared else RetryPolicy()
+        undo = declared.undo
+        return (lambda context: undo(context)), declared.undo_retry
+    if step.compensation_ref is None:
+        return None, RetryPolicy()
+    function = resolver.resolve(step.compensation_ref)
+    args = decode(step.args) or {"args": [], "kwargs": {}}
+
+    def undo_call(context: StepContext) -> Any:
+        return function(context.result, *args["args"], **args["kwargs"])
+
+    return undo_call, resolver.compensation_retry
