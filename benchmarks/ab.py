@@ -6,7 +6,8 @@ importing one build; the builds take turns, workload by workload, so that they
 share the machine's changing load alike. Printed: each build's median sagas/s
 (for ``wide``, one 10,000-step saga at concurrency 64: runs per second; for
 ``async``, ``AsyncCoordinator`` with 256 sagas in flight at once) and the
-median of the per-turn ratios NEW/OLD (1.00: no change).
+median of the per-turn ratios NEW/OLD (1.00: no change), and the client CPU (user +
+system, ``resource.getrusage`` of the measuring process) per saga with its ratio.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ import uuid
 from benchmarks.common import DEFAULT_POSTGRES, W1, W2, W4, W5, dedicated_database
 
 _CHILD = """
-import json, sys, time, uuid
+import json, resource, sys, time, uuid
+def cpu():
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
 from benchmarks import saga_bench
 from benchmarks.common import WORKLOADS
 from saga import Coordinator
@@ -30,9 +34,9 @@ if sys.argv[1] == "wide":  # one 10,000-step saga: a root, 64 parallel chains, a
     saga = saga_bench.wide_definition(int(sys.argv[3]), 64)
     with Coordinator(sys.argv[2]) as coord:
         coord.register(saga)
-        began = time.perf_counter()
+        began, spent = time.perf_counter(), cpu()
         coord.run(saga, key=uuid.uuid4().hex)
-        print(json.dumps(1 / (time.perf_counter() - began)))
+        print(json.dumps([1 / (time.perf_counter() - began), cpu() - spent]))
 elif sys.argv[1] == "async":  # AsyncCoordinator: n 3-step sagas by 256 tasks at once
     import asyncio
     from saga import AsyncCoordinator, Saga
@@ -47,22 +51,26 @@ elif sys.argv[1] == "async":  # AsyncCoordinator: n 3-step sagas by 256 tasks at
             async def caller(count):
                 for _ in range(count):
                     await coord.run(saga)
-            began = time.perf_counter()
+            began, spent = time.perf_counter(), cpu()
             await asyncio.gather(*(caller(n // 256) for _ in range(256)))
-            return 256 * (n // 256) / (time.perf_counter() - began)
+            done = 256 * (n // 256)
+            return [done / (time.perf_counter() - began), (cpu() - spent) / done]
     print(json.dumps(asyncio.run(main(int(sys.argv[3])))))
 else:
     workload = next(w for w in WORKLOADS if w.key == sys.argv[1])
+    spent = cpu()  # set-up included: the same for both builds, small against n sagas
     result = saga_bench.run(sys.argv[2], workload, int(sys.argv[3]), sys.argv[4])
-    print(json.dumps(result.sagas_per_s))
+    print(json.dumps([result.sagas_per_s, (cpu() - spent) / int(sys.argv[3])]))
 """
 
 
-def measure(build: str, workload: str, url: str, n: int, backend: str) -> float:
+def measure(build: str, workload: str, url: str, n: int, backend: str) -> tuple[float, float]:
+    """(sagas/s, client CPU seconds per saga) of one build."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([build, os.getcwd()])}
     args = [sys.executable, "-c", _CHILD, workload, url, str(n), backend]
     out = subprocess.run(args, env=env, check=True, capture_output=True, text=True)
-    return float(json.loads(out.stdout.strip().splitlines()[-1]))
+    rate, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    return float(rate), float(cpu)
 
 
 def main() -> None:
@@ -76,21 +84,35 @@ def main() -> None:
     plan = [(W1.key, 600), (W2.key, 600), (W4.key, 300), (W5.key, 30), ("wide", 10_000)]
     plan += [("async", 1024)]
     plan = [(key, n) for key, n in plan if args.only in (None, key)]
-    print(f"{'workload':<10} {'old/s':>9} {'new/s':>9} {'new/old':>8}")
+    print(f"{'workload':<10} {'old/s':>9} {'new/s':>9} {'new/old':>8} {'':15}", end="")
+    print(f"{'old cpu ms':>11} {'new cpu ms':>11} {'new/old':>8}")
     with dedicated_database(args.postgres, f"ab_{uuid.uuid4().hex[:6]}") as url:
         for workload, n in plan:  # n: sagas (for "wide", its steps)
-            old, new, ratios = [], [], []
-            for turn in range(args.repeat):
-                order = [args.old, args.new] if turn % 2 == 0 else [args.new, args.old]
-                got = {build: measure(build, workload, url, n, "postgresql") for build in order}
-                old.append(got[args.old])
-                new.append(got[args.new])
-                ratios.append(got[args.new] / got[args.old])
-            print(
-                f"{workload:<10} {statistics.median(old):>9.2f} "
-                f"{statistics.median(new):>9.2f} {statistics.median(ratios):>8.3f}"
-                f"  [{min(ratios):.3f}-{max(ratios):.3f}]"
-            )
+            turns = [_turn(args, workload, url, n, turn) for turn in range(args.repeat)]
+            print(_row(workload, turns))
+
+
+Turn = tuple[tuple[float, float], tuple[float, float]]
+"""One turn: (sagas/s, CPU s per saga) of the old build, then of the new."""
+
+
+def _turn(args: argparse.Namespace, workload: str, url: str, n: int, turn: int) -> Turn:
+    order = [args.old, args.new] if turn % 2 == 0 else [args.new, args.old]
+    got = {build: measure(build, workload, url, n, "postgresql") for build in order}
+    return got[args.old], got[args.new]
+
+
+def _row(workload: str, turns: list[Turn]) -> str:
+    median = statistics.median
+    ratios = [new[0] / old[0] for old, new in turns]
+    cpu_ratios = [new[1] / old[1] for old, new in turns]
+    old_cpu, new_cpu = median(o[1] for o, _ in turns), median(n[1] for _, n in turns)
+    return (
+        f"{workload:<10} {median(o[0] for o, _ in turns):>9.2f} "
+        f"{median(n[0] for _, n in turns):>9.2f} {median(ratios):>8.3f}"
+        f"  [{min(ratios):.3f}-{max(ratios):.3f}]"
+        f" {old_cpu * 1000:>11.3f} {new_cpu * 1000:>11.3f} {median(cpu_ratios):>8.3f}"
+    )
 
 
 if __name__ == "__main__":

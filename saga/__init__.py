@@ -5,9 +5,11 @@ coordinator records every step in PostgreSQL or SQLite, unwinds the steps
 that ran when one fails, and finishes interrupted sagas after a crash.
 """
 
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from saga._internal import moved as _moved
-from saga._internal.aio import AsyncCoordinator
-from saga._internal.aio_scope import AsyncSagaScope
 from saga._internal.context import StepContext, current_step
 from saga._internal.coordinator import Coordinator
 from saga._internal.definition import Saga, Step
@@ -47,6 +49,27 @@ from saga._internal.transient import is_transient
 from saga._internal.typed import ResultTypeError
 from saga._internal.views import SagaView, StepView
 
+if _TYPE_CHECKING:
+    from saga._internal.aio import AsyncCoordinator
+    from saga._internal.aio_scope import AsyncSagaScope
+
+_ON_FIRST_USE = {
+    "AsyncCoordinator": "saga._internal.aio",
+    "AsyncSagaScope": "saga._internal.aio_scope",
+}
+"""The asyncio half, imported when first asked for: a program that only uses the
+``Coordinator`` never loads the asyncio driver."""
+
+
+def __getattr__(name: str) -> _Any:
+    module = _ON_FIRST_USE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'saga' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
 __version__ = "0.1.0"
 
 _moved.install()  # saga.coordinator and the other old paths, deprecated
@@ -55,9 +78,10 @@ _moved.install()  # saga.coordinator and the other old paths, deprecated
 def _name_errors_by_their_public_path() -> None:
     """Tracebacks and messages say ``saga.SagaFailed``, not where the class is kept."""
     for name in __all__:
-        value = globals()[name]
+        value = globals().get(name)  # the asyncio half, not imported yet, raises none
         if isinstance(value, type) and issubclass(value, BaseException):
             value.__module__ = __name__
+
 
 __all__ = [
     "DEFAULT_COMPENSATION_RETRY",

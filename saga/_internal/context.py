@@ -24,7 +24,7 @@ class StepContext:
     result in a compensation (``None`` when the action never returned).
     ``idempotency_key`` is stable across attempts and processes: pass it to
     the systems the step calls. ``resources`` are what the coordinator gives its
-    steps (``ctx.resources["bank"]``, see ``saga._internal.resources``); a test of a step
+    steps (``ctx.resources["bank"]``, see ``saga.Resources``); a test of a step
     builds its context with fakes there.
 
     ``result_error`` is None unless ``result`` could not be read as the type its step

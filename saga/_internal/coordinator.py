@@ -69,18 +69,18 @@ class Coordinator:
     ``session_factory`` (the application's ``sessionmaker``) makes the
     ``ctx.session`` of transactional steps; it must point at the store's own
     database (``ConfigurationError`` otherwise). ``listeners`` are told every
-    lifecycle event once it is recorded (see ``saga._internal.listening``; also
+    lifecycle event once it is recorded (see ``saga.Listener``; also
     ``add_listener``); with ``log_events`` (the default) one of them logs every
     event on the ``saga.engine`` logger (see ``saga.logs``). With
     ``create_tables=False`` a missing SQLite file or a database without saga's
     tables is refused (``DatabaseNotFoundError``) instead of created on first use.
     ``resources`` (names to clients, pools, settings) are given to every step as
-    ``ctx.resources``; more with ``coord.resources.add(...)`` (see ``saga._internal.resources``).
+    ``ctx.resources``; more with ``coord.resources.add(...)`` (see ``saga.Resources``).
     ``compensation_retry`` is the retry policy of context-manager compensations,
     which have no ``retry=`` of their own (a declarative step's
     ``@step.compensation(retry=...)`` still wins); by default
-    ``saga._internal.policy.DEFAULT_COMPENSATION_RETRY``. ``compensation_wait_in_place``
-    (seconds, by default ``saga._internal.policy.INLINE_COMPENSATION_WAIT``) is the longest wait
+    ``saga.DEFAULT_COMPENSATION_RETRY``. ``compensation_wait_in_place``
+    (seconds, by default 3) is the longest wait
     for a compensation's next attempt spent in the caller's thread: a longer one hands
     the saga back (``SagaHandedBack``) for a worker to retry when the attempt is due.
     """
@@ -159,7 +159,7 @@ class Coordinator:
     def add_listener(
         self, listener: Listener, *, inline: bool | None = None, queue_size: int | None = None
     ) -> None:
-        """Tell ``listener`` every lifecycle event from now on (see ``saga._internal.listening``):
+        """Tell ``listener`` every lifecycle event from now on (see ``saga.Listener``):
         on a thread of its own, or with ``inline`` in the saga's thread."""
         self.listeners.add(listener, inline=inline, queue_size=queue_size)
 

@@ -11,12 +11,15 @@ module object, so classes and registries are shared) with a
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 import warnings
 from collections.abc import Sequence
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:  # the ABC's module imports importlib.resources: not at run time
+    from importlib.abc import Loader
 
 MOVED = frozenset(
     {
@@ -31,7 +34,7 @@ MOVED = frozenset(
 """The modules (and packages) that were ``saga.<name>`` before they moved."""
 
 
-class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+class OldPaths:
     """Answers an import of ``saga.<moved>[.sub]`` with ``saga._internal.<moved>[.sub]``."""
 
     def find_spec(
@@ -43,7 +46,7 @@ class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         parts = fullname.split(".")
         if len(parts) < 2 or parts[0] != "saga" or parts[1] not in MOVED:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, cast("Loader", self))  # its own loader
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         new = "saga._internal." + spec.name.removeprefix("saga.")

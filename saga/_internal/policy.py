@@ -46,7 +46,7 @@ class RetryPolicy:
     ``min(max_delay, initial_delay * multiplier ** (n - 1))``, spread by
     ``jitter`` (a fraction: 0.2 means +/-20 %). ``retry_on`` says which errors
     are retried: exception classes, a predicate ``error -> bool``, or a tenacity
-    ``retry_if_*`` object; by default :func:`saga._internal.transient.is_transient` (a lost,
+    ``retry_if_*`` object; by default :func:`saga.is_transient` (a lost,
     refused or timed-out connection, whichever driver raised it).
     """
 
@@ -183,7 +183,7 @@ class _Backoff(wait_base):
 
 
 DEFAULT_STEP_RETRY = RetryPolicy()
-"""Steps: three attempts, retried only on transient errors (``saga._internal.transient``)."""
+"""Steps: three attempts, retried only on transient errors (``saga.is_transient``)."""
 
 DEFAULT_RETRIABLE_RETRY = RetryPolicy(max_attempts=None, max_delay=30.0, retry_on=(Exception,))
 """Retriable steps (after a pivot): retried on any error until they succeed."""
