@@ -120,7 +120,7 @@ class Coordinator:
             self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
         )
         self.definitions = versions.Definitions(self.resolver)
-        self.engine = Engine(self.owner, lease_ttl, payload_limit, self.resolver, self.definitions)
+        self.engine = Engine(self.owner, payload_limit, self.resolver, self.definitions)
 
     def __repr__(self) -> str:
         return f"Coordinator({self.store.url!r})"

@@ -149,12 +149,12 @@ class ThreadDriver:
         match effect:
             case fx.Find(name, key):
                 return store.find(name, key)
-            case fx.Claim(saga_id, owner, ttl, event, guard):
+            case fx.Claim(saga_id, owner, event, guard):
                 self.heartbeat.register()
-                return store.claim(saga_id, owner, ttl, event, guard)
-            case fx.ClaimStuck(owner, ttl, limit, runnable):
+                return store.claim(saga_id, owner, self.lease_ttl, event, guard)
+            case fx.ClaimStuck(owner, limit, runnable):
                 self.heartbeat.register()
-                return store.claim_expired(owner, ttl, limit, runnable)
+                return store.claim_expired(owner, self.lease_ttl, limit, runnable)
             case fx.Release(change):
                 return store.commit(change)
             case fx.NoteFenced(saga_id, epoch, event):

@@ -1,6 +1,6 @@
 """The engine of one coordinator: its flows and verbs, one object the drivers run.
 
-``Engine`` holds what a coordinator's flows are bound to (owner id, lease,
+``Engine`` holds what a coordinator's flows are bound to (owner id,
 payload limit, resolver, definitions) and gives each flow as a public method:
 carrying a saga forward, unwinding it, a context-manager saga's calls
 (:meth:`Engine.scope`), and the verbs (rerun a key, recover, compensate,
@@ -73,19 +73,17 @@ class Definitions(Protocol):
 
 
 class Engine:
-    """The flows of one coordinator (its owner id, lease, payload limit, resolver and
+    """The flows of one coordinator (its owner id, payload limit, resolver and
     definitions); a driver runs each: ``driver.run(engine.recover(...))``."""
 
     def __init__(
         self,
         owner: str,
-        lease_ttl: float,
         payload_limit: int,
         resolver: CodeRefs,
         definitions: Definitions,
     ) -> None:
         self.owner = owner
-        self.lease_ttl = lease_ttl
         self.payload_limit = payload_limit
         self.resolver = resolver
         self.definitions = definitions
@@ -93,7 +91,7 @@ class Engine:
     def scope(self, name: str, key: str | None, deadline: float | None) -> ScopeFlows:
         """The flows of a new context-manager saga (``.core`` plans its calls)."""
         core = ScopeCore(self.owner, self.resolver, self.payload_limit, name, key, deadline)
-        return ScopeFlows(core, self.resolver, self.lease_ttl)
+        return ScopeFlows(core, self.resolver)
 
     def enter(self, scope: ScopeFlows) -> Flow[SagaFailed | None]:
         """Entering a context-manager saga's block. If a crash left the saga its key
@@ -161,7 +159,7 @@ class Engine:
 
     def _claim(self, saga_id: str, event: Event, guard: ClaimGuard | None) -> Flow[SagaRecord]:
         """Claim the saga (``guard`` checked inside the claim); the listeners are told."""
-        record: SagaRecord = yield Claim(saga_id, self.owner, self.lease_ttl, event, guard)
+        record: SagaRecord = yield Claim(saga_id, self.owner, event, guard)
         yield Tell(record, (event,))
         return record
 
@@ -197,7 +195,7 @@ class Engine:
                 break
             # Every stuck saga, runnable here or not: one this process cannot run is
             # refused in the report and its history (a worker's loop uses claim_stuck).
-            claimed = yield ClaimStuck(self.owner, self.lease_ttl, 1)
+            claimed = yield ClaimStuck(self.owner, 1)
             if not claimed:
                 break
             saga_id = claimed[0]
@@ -216,7 +214,7 @@ class Engine:
         if (yield DRAINING):  # stopping: claim nothing more
             return []
         runnable = self.definitions.runnable()
-        claimed: list[str] = yield ClaimStuck(self.owner, self.lease_ttl, limit, runnable)
+        claimed: list[str] = yield ClaimStuck(self.owner, limit, runnable)
         return claimed
 
     def recover_saga(self, saga_id: str, compensate: bool) -> Flow[RecoveryOutcome]:

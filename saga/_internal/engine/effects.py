@@ -140,21 +140,21 @@ class Find:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
-    """Take ``saga_id`` for ``owner`` (an operator's verb, a rerun, a recovery)."""
+    """Take ``saga_id`` for ``owner`` (an operator's verb, a rerun, a recovery), for
+    the driver's lease."""
 
     saga_id: str
     owner: str
-    lease_ttl: float
     event: Event
     guard: ClaimGuard | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ClaimStuck:
-    """Take up to ``limit`` sagas whose lease ran out, oldest lease first."""
+    """Take up to ``limit`` sagas whose lease ran out, oldest lease first, for the
+    driver's lease."""
 
     owner: str
-    lease_ttl: float
     limit: int
     runnable: Runnable | None = None
 

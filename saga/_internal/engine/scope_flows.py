@@ -41,10 +41,9 @@ from saga._internal.status import SagaStatus
 class ScopeFlows:
     """The flows of one context-manager saga (its state is ``core``)."""
 
-    def __init__(self, core: ScopeCore, resolver: CodeRefs, lease_ttl: float) -> None:
+    def __init__(self, core: ScopeCore, resolver: CodeRefs) -> None:
         self.core = core
         self.resolver = resolver
-        self.lease_ttl = lease_ttl
 
     def enter(self) -> Flow[SagaRecord | None]:
         """Entering the block: with a key an earlier run used, take over what it recorded,
@@ -59,7 +58,7 @@ class ScopeFlows:
         assert existing is not None
         event = Event("lease_claimed", detail={"why": "re-entered"})
         guard = rules.continue_guard()  # not one that failed since it was read
-        record: SagaRecord = yield Claim(existing.id, core.owner, self.lease_ttl, event, guard)
+        record: SagaRecord = yield Claim(existing.id, core.owner, event, guard)
         core.record = record
         yield Tell(record, (event,))
         if record.status is SagaStatus.COMPENSATING:
