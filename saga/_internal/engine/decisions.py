@@ -14,6 +14,7 @@ from typing import Literal, Protocol
 
 from saga._internal.definition import Saga
 from saga._internal.failure import failing_step
+from saga._internal.policy import RetryPolicy
 from saga._internal.ports import SagaRecord, StepRecord, undone
 from saga._internal.status import PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
@@ -44,6 +45,20 @@ class GiveUp:
 
     name: str
     attempts: int
+
+    @property
+    def why(self) -> str:
+        return f"gave up after {self.attempts} attempts that never returned"
+
+
+def next_attempt(name: str, policy: RetryPolicy, recorded: StepRecord | None) -> RunStep | GiveUp:
+    """Step ``name``'s next attempt, or ``GiveUp`` when its policy allows no more: the
+    attempts recorded count, whichever process made them (a crash mid-attempt included)."""
+    attempt = 1 if recorded is None else recorded.attempt + 1
+    if policy.allows(attempt):
+        return RunStep(name, attempt)
+    assert recorded is not None
+    return GiveUp(name, recorded.attempt)
 
 
 NextStep = RunStep | Complete | GiveUp
@@ -77,12 +92,10 @@ def ready(
             continue
         if not all(d in done for d in deps[step.name]):
             continue
-        recorded = record.step(step.name)
-        attempt = 1 if recorded is None else recorded.attempt + 1
-        if not step.retry.allows(attempt):
-            assert recorded is not None
-            return GiveUp(step.name, recorded.attempt)
-        found.append(RunStep(step.name, attempt))
+        run = next_attempt(step.name, step.retry, record.step(step.name))
+        if isinstance(run, GiveUp):
+            return run
+        found.append(run)
     return found
 
 

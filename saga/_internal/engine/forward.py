@@ -134,8 +134,7 @@ class Forward:
                 if isinstance(decision, Complete):
                     return (yield from self._complete())
                 if isinstance(decision, GiveUp):
-                    why = f"gave up after {decision.attempts} attempts that never returned"
-                    yield from self._fail_first(decision.name, why)
+                    yield from self._fail_first(decision.name, decision.why)
                     continue
                 if decision and not self.draining:
                     self.draining = yield DRAINING  # stopping: no new step starts here

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from saga._internal.definition import Saga, Step
-from saga._internal.engine.decisions import Complete, GiveUp, RunStep
+from saga._internal.engine.decisions import Complete, GiveUp, RunStep, next_attempt
 from saga._internal.ports import SagaRecord
 from saga._internal.status import StepStatus
 
@@ -69,10 +69,8 @@ class Frontier:
             step = self._order[position]
             if step.name in running:
                 continue
-            recorded = record.step(step.name)
-            attempt = 1 if recorded is None else recorded.attempt + 1
-            if not step.retry.allows(attempt):
-                assert recorded is not None
-                return GiveUp(step.name, recorded.attempt)
-            found.append(RunStep(step.name, attempt))
+            run = next_attempt(step.name, step.retry, record.step(step.name))
+            if isinstance(run, GiveUp):
+                return run
+            found.append(run)
         return found

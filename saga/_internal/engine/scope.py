@@ -17,6 +17,7 @@ from typing import Any
 from saga._internal.codec import MAX_KEY_BYTES, check_name, decode, encode
 from saga._internal.engine import records
 from saga._internal.engine.attempts import StepResults
+from saga._internal.engine.decisions import GiveUp, next_attempt
 from saga._internal.engine.effects import Action, CodeRefs
 from saga._internal.engine.forward import is_async
 from saga._internal.errors import (
@@ -183,10 +184,14 @@ class ScopeCore:
 
     def gave_up(self, planned: PlannedStep) -> str | None:
         """Why the step may not run again: attempts count across crashes."""
-        if self.record is None or planned.policy.allows(planned.attempt):
+        if self.record is None:
             return None
-        self.failed_step = planned.template.name
-        return f"gave up after {planned.attempt - 1} attempts that never returned"
+        name = planned.template.name
+        run = next_attempt(name, planned.policy, self.record.step(name))
+        if not isinstance(run, GiveUp):
+            return None
+        self.failed_step = name
+        return run.why
 
     def new_record(self) -> SagaRecord:
         return SagaRecord(
