@@ -175,7 +175,7 @@ class AsyncCoordinator:
         """See ``Coordinator._view``."""
         if not needs_events(record):
             return view_of(record)
-        return await asyncio.to_thread(self.sync._view, record)
+        return view_of(record, await asyncio.to_thread(self.sync.store.events, record.id))
 
     async def history(self, saga_id: str) -> builtins.list[EventRecord]:
         return await asyncio.to_thread(self.sync.history, saga_id)

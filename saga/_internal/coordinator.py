@@ -285,15 +285,6 @@ class Coordinator:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
         return self.driver.run(self.engine.recover(compensate, limit))
 
-    def _claim_stuck(self, limit: int) -> builtins.list[str]:
-        """Claim up to ``limit`` stuck sagas this process can run (``saga worker``
-        claims in its loop and finishes each in a thread with ``_finish_claimed``)."""
-        return self.driver.run(self.engine.claim_stuck(limit))
-
-    def _finish_claimed(self, saga_id: str) -> RecoveryOutcome:
-        """Finish a saga ``_claim_stuck`` claimed, as ``recover`` would."""
-        return self.driver.run(self.engine.recover_one(saga_id, False, swept=True))
-
     def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
         """Claim this one saga (``SagaBusyError`` while its lease is live) and finish it
         as ``recover`` would; the claim is recorded naming the operator. Only a running

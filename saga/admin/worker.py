@@ -117,6 +117,10 @@ class _Loop:
                 self._rest(more)
         # leaving the pool waits for the sagas in hand: finished, or handed back
 
+    def _finish(self, saga_id: str) -> RecoveryOutcome:
+        """Finish a saga this worker claimed, as ``recover`` would (in a pool thread)."""
+        return self.coord.driver.run(self.coord.engine.recover_one(saga_id, False, swept=True))
+
     def _pass(self, pool: ThreadPoolExecutor) -> bool:
         """Claim as many stuck sagas as there are free slots (at most ``batch``) and start
         them; whether more may be waiting (it got all it asked for)."""
@@ -126,9 +130,9 @@ class _Loop:
             return True
         self.refused = False
         asked = min(free, self.batch)
-        claimed = self.coord._claim_stuck(asked)
+        claimed = self.coord.driver.run(self.coord.engine.claim_stuck(asked))
         for saga_id in claimed:
-            future = pool.submit(self.coord._finish_claimed, saga_id)
+            future = pool.submit(self._finish, saga_id)
             self.running.add(future)
             future.add_done_callback(self._done)
         if len(claimed) < asked and not self.stop.is_set():
