@@ -99,6 +99,11 @@ class Heartbeat:
                 if self._held.get(saga_id, (None, None))[0] == epoch:
                     del self._held[saga_id]
 
+    def holds(self, saga_id: str) -> bool:
+        """Whether ``saga_id``'s lease is being kept alive."""
+        with self._lock:
+            return saga_id in self._held
+
     def _start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
             self._stopping = False
