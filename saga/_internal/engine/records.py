@@ -27,9 +27,12 @@ def with_step(record: SagaRecord, step: StepRecord) -> SagaRecord:
     return ahead(record, [StepWrite(step)])
 
 
-def ahead(record: SagaRecord, writes: Iterable[StepWrite]) -> SagaRecord:
+def ahead(record: SagaRecord, writes: Sequence[StepWrite]) -> SagaRecord:
     """``record`` as it will be once step ``writes`` commit (what the next decision sees
-    before they are written: they travel with the next commit)."""
+    before they are written: they travel with the next commit). With none, ``record``
+    itself: the forward run looks ahead at every turn, mostly with nothing carried."""
+    if not writes:
+        return record
     steps, names = _with_steps(record, [write.step for write in writes])
     return _indexed(dataclasses.replace(record, steps=steps), names)
 
