@@ -425,7 +425,8 @@ def run_with_budget(
 
     The child puts ``("ready", setup seconds)`` once its definitions are
     registered and it is connected, then ``("done", seconds)`` or
-    ``("error", text)``. Meanwhile ``progress()`` (the steps already durable)
+    ``("error", text)``; before ``done`` it may put ``("peak", steps)``, the most
+    steps it ran at once. Meanwhile ``progress()`` (the steps already durable)
     is sampled ``samples`` times; when the budget runs out the child is
     terminated.
     """
@@ -440,14 +441,19 @@ def run_with_budget(
         setup = float(str(value))
         started = time.perf_counter()
         seen: list[tuple[float, int]] = []
+        peak: int | None = None
         while (elapsed := time.perf_counter() - started) < budget:
             try:
                 kind, value = channel.get(timeout=min(budget / samples, budget - elapsed))
             except queue.Empty:
                 seen.append((time.perf_counter() - started, progress()))
                 continue
+            if kind == "peak":
+                peak = int(str(value))
+                continue
             if kind == "done":
-                return Budgeted(system, steps, True, float(str(value)), steps, setup, tuple(seen))
+                took = float(str(value))
+                return Budgeted(system, steps, True, took, steps, setup, tuple(seen), "", peak)
             return Budgeted(system, steps, False, math.nan, progress(), setup, note=str(value))
         done = seen[-1][1] if seen else progress()
         return Budgeted(system, steps, False, budget, done, setup, tuple(seen))

@@ -200,8 +200,6 @@ def wide(urls: dict[str, str], with_dbos: bool, plan: Plan, repeat: int, run: Co
             plan.budget,
             functools.partial(saga_bench.steps_done, urls["saga"], key),
         )
-        peak = saga_bench.peak_in_flight(urls["saga"], key)
-        outcome = dataclasses.replace(outcome, peak_in_flight=peak)
         run.wide.append(outcome)
         log(f"  wide saga: {outcome}")
         if not outcome.finished:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import saga_bench, takeover
-from benchmarks.common import W1, Result
+from benchmarks.common import W1, Result, run_with_budget
 from tests.children import ROOT
 
 
@@ -68,3 +68,20 @@ def test_the_takeover_benchmark_runs_and_reports_its_figures(tmp_path: Path) -> 
     assert len(figures) == 2
     assert all(seconds > 0 for seconds in figures)
     assert takeover.report("sqlite", figures).startswith("sqlite: 2 kills, SIGKILL to claim p50 ")
+
+
+def test_the_wide_saga_reports_the_steps_it_ran_at_once_in_its_process(tmp_path: Path) -> None:
+    """Counted by the steps themselves in the child: never above ``max_concurrency`` (the
+    database's start and finish times said 128 at 64)."""
+    url, width = f"sqlite:///{tmp_path}/wide.db", 8
+    outcome = run_with_budget(
+        "saga",
+        120,
+        saga_bench.wide_child,
+        (url, 120, width, "wide-smoke"),
+        budget=120.0,
+        progress=lambda: 0,
+    )
+    assert outcome.finished, outcome.note
+    assert outcome.peak_in_flight is not None
+    assert 1 <= outcome.peak_in_flight <= width
