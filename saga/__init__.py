@@ -41,9 +41,7 @@ from saga._internal.errors import (
 )
 from saga._internal.listening import Listener, SagaEvent
 from saga._internal.policy import DEFAULT_COMPENSATION_RETRY, DEFAULT_STEP_RETRY, RetryPolicy
-from saga._internal.recovery import RecoveryOutcome, RecoveryReport
 from saga._internal.resources import Resources
-from saga._internal.scope import SagaScope
 from saga._internal.status import SagaStatus, StepKind, StepStatus
 from saga._internal.transient import is_transient
 from saga._internal.typed import ResultTypeError
@@ -52,13 +50,19 @@ from saga._internal.views import SagaView, StepView
 if _TYPE_CHECKING:
     from saga._internal.aio import AsyncCoordinator
     from saga._internal.aio_scope import AsyncSagaScope
+    from saga._internal.recovery import RecoveryOutcome, RecoveryReport
+    from saga._internal.scope import SagaScope
 
 _ON_FIRST_USE = {
     "AsyncCoordinator": "saga._internal.aio",
     "AsyncSagaScope": "saga._internal.aio_scope",
+    "SagaScope": "saga._internal.scope",
+    "RecoveryOutcome": "saga._internal.recovery",
+    "RecoveryReport": "saga._internal.recovery",
 }
-"""The asyncio half, imported when first asked for: a program that only uses the
-``Coordinator`` never loads the asyncio driver."""
+"""Imported when first asked for: a program that only uses the ``Coordinator`` never
+loads the asyncio driver, and one that only runs declarative sagas never loads the
+context-manager block's machinery nor the recoverer's reports."""
 
 
 def __getattr__(name: str) -> _Any:

@@ -27,22 +27,17 @@ from .revisions import (
     KNOWN,
     LEGACY_REVISION,
     LEGACY_TABLE,
-    SAGA_TABLES,
-    SHAPES,
+    SCHEMA_LOCK_SQL,
     VERSION_TABLE,
     describe,
     pending,
 )
+from .shapes import SAGA_TABLES, SHAPES
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 _SCRIPTS = Path(__file__).parent / "migrations"
-
-SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
-"""PostgreSQL's advisory lock that serialises schema changes."""
-SCHEMA_LOCK_SQL = f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"
-"""The lock, as the SQL ``saga db upgrade --sql`` prints for a DBA (a fixed number)."""
 
 
 class _Dialect(Protocol):

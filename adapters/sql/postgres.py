@@ -23,9 +23,9 @@ from saga._internal.errors import ConfigurationError
 from saga._internal.ports import AsyncSagaStore
 
 from .dialect import SqlStore
-from .migrate import SCHEMA_LOCK_KEY
 from .pg_async import PostgresAsyncStore
 from .pg_writer import PostgresHotPath
+from .revisions import SCHEMA_LOCK_KEY
 
 PREPARE_OPTION = "prepare_threshold"
 """The URL query option saga reads itself (libpq has no such parameter): psycopg's

@@ -1,14 +1,15 @@
-"""What each schema revision looks like, known without importing Alembic.
+"""saga's schema revisions, known without importing Alembic.
 
 Opening a store compares the database's revision with :data:`HEAD` (one cheap
-read); ``saga db upgrade`` also compares the tables it finds with the shape the
-recorded revision should have, so that a database it does not recognise is
-reported and left alone instead of half-migrated.
+read: :func:`at_head`); ``saga db upgrade`` also compares the tables it finds with the
+shape the recorded revision should have (:mod:`.shapes`), so that a database it does
+not recognise is reported and left alone instead of half-migrated.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from sqlalchemy import Connection, column, select, table
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 VERSION_TABLE = "saga_schema_revision"
 """Alembic's version table for saga's migrations (an application's own Alembic history
@@ -33,99 +34,10 @@ LEGACY_REVISION = {1: "0001", 2: "0002"}
 """The revision a database of a release before migrations is at, by the version it
 recorded in ``saga_schema_version`` (1: the first release, 2: its commit-token fix)."""
 
-_INSTANCES_1 = frozenset(
-    [
-        "id",
-        "name",
-        "key",
-        "kind",
-        "status",
-        "input",
-        "version",
-        "owner",
-        "epoch",
-        "lease_expires_at",
-        "created_at",
-        "updated_at",
-        "error",
-        "deadline",
-        "cancel_requested",
-        "commit_token",
-    ]
-)
-_STEPS_1 = frozenset(
-    [
-        "saga_id",
-        "seq",
-        "name",
-        "status",
-        "attempt",
-        "kind",
-        "transactional",
-        "action_ref",
-        "compensation_ref",
-        "args",
-        "input_digest",
-        "result",
-        "output_digest",
-        "error",
-        "undo_attempt",
-        "started_at",
-        "finished_at",
-    ]
-)
-_EVENTS = frozenset(["id", "saga_id", "at", "kind", "step", "attempt", "epoch", "detail"])
-_LEGACY = frozenset({"version"})
-_OWNERS = frozenset(
-    [
-        "owner",
-        "host",
-        "pid",
-        "process_start",
-        "backend_pid",
-        "backend_start",
-        "server_start",
-        "registered_at",
-        "suspected_at",
-    ]
-)
-
-SHAPES: Mapping[str, Mapping[str, frozenset[str]]] = {
-    "0001": {
-        "saga_instances": _INSTANCES_1,
-        "saga_steps": _STEPS_1,
-        "saga_events": _EVENTS,
-        LEGACY_TABLE: _LEGACY,
-    },
-    "0002": {
-        "saga_instances": _INSTANCES_1,
-        "saga_steps": _STEPS_1 | {"commit_token"},
-        "saga_events": _EVENTS,
-        LEGACY_TABLE: _LEGACY,
-    },
-    "0003": {
-        "saga_instances": _INSTANCES_1 | {"fingerprint"},
-        "saga_steps": _STEPS_1 | {"commit_token"},
-        "saga_events": _EVENTS,
-        LEGACY_TABLE: _LEGACY,
-    },
-    "0004": {
-        "saga_instances": _INSTANCES_1 | {"fingerprint", "trace_context"},
-        "saga_steps": _STEPS_1 | {"commit_token"},
-        "saga_events": _EVENTS,
-        LEGACY_TABLE: _LEGACY,
-    },
-    "0005": {
-        "saga_instances": _INSTANCES_1 | {"fingerprint", "trace_context"},
-        "saga_steps": _STEPS_1 | {"commit_token"},
-        "saga_events": _EVENTS,
-        LEGACY_TABLE: _LEGACY,
-        "saga_owners": _OWNERS,
-    },
-}
-"""The columns each revision's tables have: what ``saga db upgrade`` expects to find."""
-
-SAGA_TABLES = frozenset(SHAPES[HEAD]) | {VERSION_TABLE}
+SCHEMA_LOCK_KEY = 0x5A6A  # an arbitrary advisory-lock number reserved for saga's DDL
+"""PostgreSQL's advisory lock that serialises schema changes."""
+SCHEMA_LOCK_SQL = f"SELECT pg_advisory_xact_lock({SCHEMA_LOCK_KEY})"
+"""The lock, as the SQL ``saga db upgrade --sql`` prints for a DBA (a fixed number)."""
 
 
 def describe(revision: str) -> str:
@@ -137,3 +49,18 @@ def pending(revision: str | None) -> list[str]:
     """The revisions an upgrade from ``revision`` (None: an empty database) applies."""
     start = 0 if revision is None else KNOWN.index(revision) + 1
     return list(KNOWN[start:])
+
+
+def at_head(connection: Connection) -> bool:
+    """Whether the database records exactly this release's revision (reads only).
+
+    The common case of opening a store, answered by one query without reflecting the
+    tables; anything else (no version table, another revision, several) answers False
+    and the caller runs the full check (:func:`.migrate.check`), which says what is wrong.
+    """
+    versions = table(VERSION_TABLE, column("version_num"))
+    try:
+        found = connection.execute(select(versions.c.version_num)).scalars().all()
+    except (OperationalError, ProgrammingError):  # no such table: a new or foreign database
+        return False
+    return found == [HEAD]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
@@ -21,11 +21,14 @@ from saga._internal.errors import DatabaseRefusedError, StorageError, StorageUna
 from saga._internal.policy import STORE_RETRY, RetryPolicy
 from saga._internal.transient import refused_for_good
 
-from . import migrate
+from . import revisions
 from .binding import check_session_factory
 from .dialect import Dialect
 from .messages import first_line, masked
 from .owner_liveness import OwnerLiveness
+
+if TYPE_CHECKING:
+    from . import migrate
 
 T = TypeVar("T")
 
@@ -118,8 +121,17 @@ class SqlTransactions:
         # Always called under the caller's retry: retrying here too would
         # multiply the time an unreachable database takes to report.
         if not self._schema_ready:
-            migrate.check(self)
+            if not self._at_head():
+                # The migration machinery (and the shapes of every revision) is imported
+                # only for a database not at this release's revision, or for `saga db`.
+                from . import migrate
+
+                migrate.check(self)
             self._schema_ready = True
+
+    def _at_head(self) -> bool:
+        with self.translated(), self.engine.connect() as connection:
+            return revisions.at_head(connection)
 
     def create_schema(self) -> None:
         """Create the tables, or migrate them to this release's revision (``saga db
@@ -134,6 +146,8 @@ class SqlTransactions:
     def read_schema(self) -> migrate.Found:
         """What the database holds of saga's schema (creates nothing)."""
 
+        from . import migrate
+
         def read() -> migrate.Found:
             with self.translated(), self.engine.connect() as connection:
                 return migrate.read(connection)
@@ -142,16 +156,22 @@ class SqlTransactions:
 
     def upgrade_schema(self) -> list[str]:
         """Migrate to this release's revision; the revisions applied, oldest first."""
+        from . import migrate
+
         applied = self.retried(lambda: migrate.upgrade(self))
         self._schema_ready = True
         return applied
 
     def upgrade_schema_sql(self) -> str:
         """The SQL :meth:`upgrade_schema` would run, for a DBA (empty: nothing to do)."""
+        from . import migrate
+
         return self.retried(lambda: migrate.upgrade_sql(self))
 
     def downgrade_schema(self, revision: str) -> list[str]:
         """Reverse the migrations after ``revision`` (refused where one cannot be)."""
+        from . import migrate
+
         return self.retried(lambda: migrate.downgrade(self, revision))
 
     # -- the rest -----------------------------------------------------------------------

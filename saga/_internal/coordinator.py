@@ -8,7 +8,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from saga._internal import versions
 from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT, encode
@@ -21,6 +21,7 @@ from saga._internal.errors import (
     ConfigurationError,
     UnknownSagaError,
 )
+from saga._internal.event_log import LogListener
 from saga._internal.lease import Heartbeat
 from saga._internal.listening import Listener, Listeners
 from saga._internal.policy import (
@@ -39,15 +40,16 @@ from saga._internal.ports import (
     SagaRecord,
     SagaStore,
 )
-from saga._internal.recovery import RecoveryOutcome, RecoveryReport
 from saga._internal.refs import Resolver
 from saga._internal.resources import Resources
-from saga._internal.scope import SagaScope
 from saga._internal.settings import lease_ttl_setting
 from saga._internal.status import SagaStatus, statuses_of
 from saga._internal.store import open_store, use_session_factory
 from saga._internal.views import SagaView, needs_events, view_of
-from saga.logs import LogListener
+
+if TYPE_CHECKING:
+    from saga._internal.recovery import RecoveryOutcome, RecoveryReport
+    from saga._internal.scope import SagaScope
 
 T = TypeVar("T")
 
@@ -205,6 +207,8 @@ class Coordinator:
         """A context-manager saga around plain functions: ``with coord.saga(...) as s``."""
         if key is not None:  # a NUL byte or an oversized key is refused on every backend
             encode(key, "key", self.engine.payload_limit)
+        from saga._internal.scope import SagaScope  # the block's machinery, on first use
+
         return SagaScope(self, name, key, rules.seconds(deadline))
 
     # -- reading ----------------------------------------------------------------------------
@@ -291,14 +295,6 @@ class Coordinator:
         or compensating saga is taken (checked in the claim): a ``failed`` one waits for
         ``retry-compensation`` or ``mark-compensated``."""
         return self.driver.run(self.engine.recover_saga(saga_id, compensate))
-
-    def _release(self, saga_id: str) -> None:
-        """Give up a claimed saga untouched, so that a better-equipped process can take it."""
-        self.driver.run(self.engine.release(saga_id))
-
-    def _refused(self, saga_id: str, record: SagaRecord | None, error: BaseException) -> None:
-        """Record why a claimed saga was not finished, and release it (fenced)."""
-        self.driver.run(self.engine.refused(saga_id, record, error))
 
     def compensate(self, saga_id: str, *, action: str = "compensate") -> SagaView:
         """Unwind a stuck or failed saga now (refused past a pivot or once finished).

@@ -27,7 +27,6 @@ from saga._internal.engine import effects as fx
 from saga._internal.errors import StepTimeoutError
 from saga._internal.lease import Heartbeat
 from saga._internal.listening import Listeners
-from saga._internal.operator_identity import operator_detail
 from saga._internal.ports import Commit, SagaRecord, SagaStore
 from saga._internal.resource_view import NO_RESOURCES, ResourceView
 
@@ -82,7 +81,7 @@ class ThreadDriver:
             ),
             fx.Sleep: lambda effect, _: self.sleep(effect),
             fx.Draining: lambda _, __: self.draining.is_set(),
-            fx.WhoAsks: lambda _, __: operator_detail(),
+            fx.WhoAsks: lambda _, __: _who_asks(),
             fx.Launch: lambda effect, branches: branches.launch(effect.branches),
             fx.Wait: lambda _, branches: branches.wait(),
             fx.CancelInFlight: lambda _, __: None,  # a thread cannot be stopped: waited for
@@ -302,3 +301,10 @@ def _awaited(result: Any) -> Any:
         return await result
 
     return asyncio.run(wait_for_it())
+
+
+def _who_asks() -> dict[str, str]:
+    """The operator behind a verb (an operator's question: not loaded to run a saga)."""
+    from saga._internal.operator_identity import operator_detail
+
+    return operator_detail()

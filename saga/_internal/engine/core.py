@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from saga._internal.codec import encode
 from saga._internal.definition import Saga
@@ -42,8 +42,6 @@ from saga._internal.engine.effects import (
     write,
 )
 from saga._internal.engine.forward import Forward
-from saga._internal.engine.scope import ScopeCore
-from saga._internal.engine.scope_flows import ScopeFlows
 from saga._internal.errors import (
     LeaseLostError,
     OperationRefusedError,
@@ -54,8 +52,11 @@ from saga._internal.errors import (
     UnknownSagaError,
 )
 from saga._internal.ports import ClaimGuard, Event, Runnable, SagaRecord
-from saga._internal.recovery import RecoveryOutcome, RecoveryReport
 from saga._internal.status import SagaStatus
+
+if TYPE_CHECKING:
+    from saga._internal.engine.scope_flows import ScopeFlows
+    from saga._internal.recovery import RecoveryOutcome, RecoveryReport
 
 T = TypeVar("T")
 
@@ -90,6 +91,11 @@ class Engine:
 
     def scope(self, name: str, key: str | None, deadline: float | None) -> ScopeFlows:
         """The flows of a new context-manager saga (``.core`` plans its calls)."""
+        # Imported here: a program that only runs declarative sagas never loads the
+        # block's machinery (five modules; see tests/unit/test_import_graph.py).
+        from saga._internal.engine.scope import ScopeCore
+        from saga._internal.engine.scope_flows import ScopeFlows
+
         core = ScopeCore(self.owner, self.resolver, self.payload_limit, name, key, deadline)
         return ScopeFlows(core, self.resolver)
 
@@ -188,6 +194,8 @@ class Engine:
 
     def recover(self, compensate: bool, limit: int | None) -> Flow[RecoveryReport]:
         """Claim every saga whose lease expired and finish it; one failure never stops the rest."""
+        from saga._internal.recovery import RecoveryReport  # a recoverer's, not a run's
+
         report = RecoveryReport()
         seen: set[str] = set()
         while limit is None or len(report.outcomes) < limit:
@@ -229,6 +237,8 @@ class Engine:
     ) -> Flow[RecoveryOutcome]:
         """Finish a saga this process claimed (``swept``: by ``claim_expired``, whose
         claim the listeners are told of once the saga is read)."""
+        from saga._internal.recovery import RecoveryOutcome  # a recoverer's, not a run's
+
         record: SagaRecord | None = None
         try:
             record = yield from self.load(saga_id)

@@ -196,11 +196,6 @@ def cancel_guard() -> ClaimGuard:
     return ClaimGuard(frozenset({SagaStatus.RUNNING}), before_pivot=True)
 
 
-def lease_live(record: SagaRecord, now: float) -> bool:
-    """Whether an owner holds the saga's lease at ``now`` (the database clock)."""
-    return record.owner is not None and (record.lease_expires_at or 0.0) > now
-
-
 def claimed(why: str) -> Event:
     return Event("lease_claimed", detail={"why": why})
 
