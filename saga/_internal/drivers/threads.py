@@ -191,9 +191,9 @@ class ThreadDriver:
         if holding is not None:
             holding.__exit__(None, None, None)
 
-    def transact(self, effect: fx.Transact) -> tuple[Any, bool | None]:
+    def transact(self, effect: fx.Transact) -> tuple[Any, bool | None, Commit]:
         """Run a transactional action with the store's session, its outcome committed in
-        the same transaction; (its result, must the saga stop)."""
+        the same transaction; (its result, must the saga stop, the change committed)."""
 
         def work(session: Any) -> Any:
             context = dataclasses.replace(effect.context, session=session, resources=self.resources)
@@ -201,14 +201,13 @@ class ThreadDriver:
 
         committed: list[Commit] = []
 
-        def outcome(result: Any) -> Commit:
-            committed.append(effect.outcome(result))
+        def change(result: Any) -> Commit:
+            committed.append(effect.outcome.change(result))  # the try that committed is last
             return committed[-1]
 
-        answer = self.store.transact(work, outcome)
-        if committed:
-            self.listeners.committed(effect.record, committed[-1])
-        return answer
+        result, stop = self.store.transact(work, change)
+        self.listeners.committed(effect.outcome.record, committed[-1])
+        return result, stop, committed[-1]
 
 
 class _Branches:

@@ -10,23 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import tenacity
 
-from saga._internal.codec import decode, encode_result
+from saga._internal.codec import decode
 from saga._internal.context import StepContext
 from saga._internal.engine import records
 from saga._internal.engine.decisions import Cursor
-from saga._internal.engine.effects import Action, Call, Fault, Flow, Sleep, Tell, Transact, write
+from saga._internal.engine.effects import (
+    Action,
+    Call,
+    Fault,
+    Flow,
+    Recorded,
+    Sleep,
+    Tell,
+    Transact,
+    write,
+)
 from saga._internal.policy import RetryPolicy
-from saga._internal.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga._internal.ports import Event, SagaRecord, StepRecord
 from saga._internal.result_types import Read, lenient_result, typed_result
 from saga._internal.status import StepStatus
-
-Outcome = Callable[[SagaRecord, str, Any], tuple[StepWrite, Event]]
-"""What a transactional action commits with its own writes, given its result."""
 
 
 class Retries:
@@ -128,7 +135,8 @@ def _attempt(
     """Attempt ``number`` of step ``name``'s action (its start is already durable)."""
     context = context_for(cursor.record, name, number, data)
     if transactional:
-        result = yield from in_transaction(cursor, context, action, succeeded_with(payload_limit))
+        outcome = Recorded(cursor.record, name, payload_limit=payload_limit)
+        result = yield from in_transaction(cursor, context, action, outcome)
     else:
         result = yield Call(action, context, timeout)
     yield Fault("after_action", name)
@@ -136,37 +144,13 @@ def _attempt(
 
 
 def in_transaction(
-    cursor: Cursor, context: StepContext, action: Action, outcome: Outcome
+    cursor: Cursor, context: StepContext, action: Action, outcome: Recorded
 ) -> Flow[Any]:
     """Run ``action`` with ``context.session`` in the transaction that records ``outcome``
     (its success, or its compensation done); advance ``cursor``."""
-    name = context.step
-    change: list[Commit] = []
-
-    def record_outcome(result: Any) -> Commit:
-        write, event = outcome(cursor.record, name, result)
-        change.append(records.commit(cursor.record, [write], [event]))
-        return change[-1]
-
-    result, stop = yield Transact(action, context, record_outcome, cursor.record)
-    cursor.record = records.apply(cursor.record, change[-1], stop)
+    result, stop, change = yield Transact(action, context, outcome)
+    cursor.record = records.apply(cursor.record, change, stop)
     return result
-
-
-def succeeded_with(payload_limit: int) -> Outcome:
-    """The success record of a transactional step, its result bounded by ``payload_limit``."""
-
-    def succeeded(record: SagaRecord, name: str, result: Any) -> tuple[StepWrite, Event]:
-        encoded = encode_result(result, f"result of step {name!r}", payload_limit)
-        return records.succeeded(record, name, encoded)
-
-    return succeeded
-
-
-def undone_outcome(record: SagaRecord, name: str, result: Any) -> tuple[StepWrite, Event]:
-    """What a transactional compensation commits with its own writes: "compensated", with
-    what it returned."""
-    return records.undone(record, name, result)
 
 
 def context_for(record: SagaRecord, name: str, attempt: int, data: Any) -> StepContext:

@@ -33,8 +33,9 @@ effect             the driver's answer
 ``Call``           runs an action or compensation as the current step (with
                    a timeout, when it has one); answers its result
 ``Transact``       runs an action inside a store transaction that also
-                   commits the change the effect's ``outcome`` builds;
-                   answers (result, must stop)
+                   commits the change its ``outcome`` (a ``Recorded``: which
+                   step, which record) makes of the action's result;
+                   answers (result, must stop, the change committed)
 ``Tell``           tells the coordinator's listeners of events (``Write``,
                    ``Create`` and ``Transact`` tell theirs once committed);
                    answers None
@@ -59,7 +60,7 @@ import dataclasses
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol, TypeVar
 
-from saga._internal.codec import Encoded
+from saga._internal.codec import Encoded, encode_result
 from saga._internal.context import StepContext
 from saga._internal.engine import records
 from saga._internal.engine.decisions import Cursor
@@ -195,11 +196,34 @@ STORE_EFFECTS = (Find, Claim, ClaimStuck, Release, NoteFenced, ReadHistory, Requ
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a transactional action's result is recorded as, in the transaction that ran
+    it: step ``step`` of ``record`` succeeded with it (its encoding bounded by
+    ``payload_limit``), or, ``undone``, was compensated. Data, not a closure: the driver
+    asks :meth:`change` for the commit once the result exists (again on a retry of the
+    transaction), and answers the change it committed."""
+
+    record: SagaRecord
+    step: str
+    undone: bool = False
+    payload_limit: int = 0
+
+    def change(self, result: Any) -> Commit:
+        """The commit recording ``result`` (a pure function of this and ``result``)."""
+        if self.undone:
+            write_, event = records.undone(self.record, self.step, result)
+        else:
+            described = f"result of step {self.step!r}"
+            encoded = encode_result(result, described, self.payload_limit)
+            write_, event = records.succeeded(self.record, self.step, encoded)
+        return records.commit(self.record, [write_], [event])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Transact:
     action: Action
     context: StepContext
-    outcome: Callable[[Any], Commit]
-    record: SagaRecord | None = None  # the saga as it stood: who the listeners are told of
+    outcome: Recorded
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ from saga._internal.engine.attempts import (
     retry_scheduled,
     undo_context,
     undo_result,
-    undone_outcome,
 )
 from saga._internal.engine.decisions import (
     Cursor,
@@ -39,6 +38,7 @@ from saga._internal.engine.effects import (
     Flow,
     Load,
     ReadHistory,
+    Recorded,
     Sleep,
     hand_back,
     write,
@@ -240,7 +240,8 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
     context = undo_context(cursor.record, step.name, result)
     try:
         if step.transactional:  # the undo and its record commit together
-            yield from in_transaction(cursor, context, call, undone_outcome)
+            outcome = Recorded(cursor.record, step.name, undone=True)
+            yield from in_transaction(cursor, context, call, outcome)
         else:
             cursor.returned = yield Call(call, context)
     except Exception as error:
