@@ -251,7 +251,8 @@ def current_step(saga: SagaRecord) -> StepRecord | None:
     in flight (:data:`IN_FLIGHT`), else the newest step; None before any step."""
     steps = sorted(saga.steps, key=lambda step: step.seq)
     in_flight = [step for step in steps if step.status in IN_FLIGHT]
-    return (in_flight or steps or [None])[-1]
+    chosen = in_flight or steps
+    return chosen[-1] if chosen else None
 
 
 DEFAULT_LIST_LIMIT = 100

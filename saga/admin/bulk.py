@@ -156,10 +156,16 @@ def select_sagas(
 ) -> Iterator[SagaView]:
     """The sagas ``selection`` matches, newest first (as ``saga list`` shows them), at
     most ``selection.limit``: read ``page`` at a time, each page when the one before is
-    used up. The views carry no payloads (as a listing's). Nothing is changed."""
+    used up. The views carry no payloads (as a listing's). Nothing is changed.
+
+    The selection is checked at once; the database is read as the iterator is used."""
     selection.check()
     if page < 1:
         raise ConfigurationError(f"--batch-size must be at least 1, not {page}")
+    return _pages(coord, selection, page)
+
+
+def _pages(coord: Coordinator, selection: Selection, page: int) -> Iterator[SagaView]:
     left, before = selection.limit, None
     while left is None or left > 0:
         size = page if left is None else min(page, left)
