@@ -49,6 +49,12 @@ VERBS: Mapping[str, Verb] = {
 }
 """The verbs the ``saga`` command applies to a selection, by command name."""
 
+CANCEL_PENDING = (
+    "cancel requested: its owner stops at its next step boundary, or the next recovery "
+    "by a process that knows its definition unwinds it"
+)
+"""Why a cancelled saga is still running: the request waits for whoever runs it."""
+
 DEFAULT_BATCH = 100
 """Sagas read, then acted on, at a time."""
 
@@ -340,7 +346,8 @@ def _act_on(coord: Coordinator, view: SagaView, verb: Verb) -> tuple[BulkItem, s
     if after.status is SagaStatus.FAILED:
         reason = "a compensation failed for good; see `saga show` and `saga history`"
         return _ended(item, Outcome.FAILED, after.status, reason), None
-    return _ended(item, Outcome.DONE, after.status, None), None
+    pending = after.status is SagaStatus.RUNNING and after.cancel_requested
+    return _ended(item, Outcome.DONE, after.status, CANCEL_PENDING if pending else None), None
 
 
 def _ended(

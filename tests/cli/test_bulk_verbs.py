@@ -177,3 +177,17 @@ def test_bad_input_in_json_is_a_json_error_line(world: World) -> None:
     error = json.loads(result.stderr)
     assert error["exit_code"] == 2
     assert "is not a duration" in error["error"]
+
+
+def test_cancel_of_sagas_live_processes_hold_leaves_each_request_standing(
+    world: World, coord: Coordinator
+) -> None:
+    held = {crashed(coord, expired=False) for _ in range(2)}
+    result = invoke(world.url, "cancel", "--name", "cli-order", "--status", "running", "--yes")
+    assert result.exit_code == 0, result.output
+    for saga_id in held:
+        line = next(line for line in result.stdout.splitlines() if saga_id in line)
+        assert line.startswith(f"done     {saga_id} (cli-order) -> running: cancel requested")
+        view = coord.get(saga_id)
+        assert (view.status, view.cancel_requested) == (SagaStatus.RUNNING, True)
+    assert coord.get(world.stuck).status is SagaStatus.CANCELLED  # nobody held it: unwound
