@@ -43,6 +43,7 @@ from saga._internal.ports import (
     StepWrite,
     guard_broken,
 )
+from saga._internal.record import current_step
 from saga._internal.status import SagaStatus, StepStatus
 
 T = TypeVar("T")
@@ -253,11 +254,11 @@ class InMemorySagaStore:
         with self._lock:
             now = self.now()
             anchor = self._anchor(query.before)
-            chosen = [
-                row.saga
+            sagas = (
+                row.saga if query.step is None else self._loaded(row.saga.id)  # with its steps
                 for row in self._rows.values()
-                if _matches(row.saga, query, now) and _after_anchor(row.saga, anchor)
-            ]
+            )
+            chosen = [s for s in sagas if _matches(s, query, now) and _after_anchor(s, anchor)]
             chosen.sort(key=lambda saga: (saga.created_at or 0.0, saga.id), reverse=True)
             found = [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
         return found if query.payloads else [_without_payloads(saga) for saga in found]
@@ -414,10 +415,20 @@ def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:
         return False
     if query.id_prefix is not None and not saga.id.startswith(query.id_prefix):
         return False
+    key = saga.key  # a saga without a key matches no prefix, as NULL LIKE is not true
+    if query.key_prefix is not None and (key is None or not key.startswith(query.key_prefix)):
+        return False
+    if query.step is not None and _current_name(saga) != query.step:
+        return False
     if query.stuck and not _stuck(saga, now):
         return False
     created = saga.created_at or 0.0
     return query.older_than is None or created < now - query.older_than
+
+
+def _current_name(saga: SagaRecord) -> str | None:
+    step = current_step(saga)
+    return None if step is None else step.name
 
 
 def _after_anchor(saga: SagaRecord, anchor: tuple[float | None, str] | None) -> bool:

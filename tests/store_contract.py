@@ -51,6 +51,7 @@ from saga._internal.ports import (
     StepRecord,
     StepWrite,
 )
+from saga._internal.record import current_step
 
 TTL = 10.0
 """A lease that stays live for the length of any test."""
@@ -556,6 +557,68 @@ class StoreContract:
         done = store.list(ListQuery(status=(SagaStatus.COMPLETED,)))
         assert [s.id for s in done] == [ids[2]]
         assert [s.id for s in store.list(ListQuery(key="nope"))] == []
+
+    def test_a_key_prefix_matches_exactly_what_was_typed(self, store: SagaStore) -> None:
+        keys = ["ord-1", "ORD-2", "or%d", "o_d-3", "order"]
+        made = {key: create(store, key=key).id for key in keys}
+        create(store)  # no key: matches no prefix
+
+        def listed(prefix: str) -> set[str]:
+            return {s.id for s in store.list(ListQuery(key_prefix=prefix))}
+
+        assert listed("ord") == {made["ord-1"], made["order"]}
+        assert listed("ORD") == {made["ORD-2"]}  # not SQLite's case-blind LIKE
+        assert listed("or%") == {made["or%d"]}  # a wildcard is a character
+        assert listed("o_") == {made["o_d-3"]}
+        assert listed("x") == set()
+        older = ListQuery(key_prefix="ord", name="order", status=(SagaStatus.RUNNING,))
+        assert {s.id for s in store.list(older)} == {made["ord-1"], made["order"]}
+
+    def test_a_step_filter_matches_the_current_step(self, store: SagaStore) -> None:
+        """The newest step in flight (running, in doubt, compensating), else the newest."""
+        charging = create(store)  # reserve running
+        self._write(store, charging, ("reserve", 1, StepStatus.SUCCEEDED), ("charge", 2, None))
+        undoing = create(store)  # charge compensating below a compensated ship
+        self._write(
+            store,
+            undoing,
+            ("reserve", 1, StepStatus.SUCCEEDED),
+            ("charge", 2, StepStatus.COMPENSATING),
+            ("ship", 3, StepStatus.COMPENSATED),
+        )
+        done = create(store)
+        self._write(store, done, ("reserve", 1, StepStatus.SUCCEEDED), ("pack", 2, None))
+        store.commit(
+            Commit(done.id, 1, steps=(StepWrite(self._step("pack", 2, StepStatus.SUCCEEDED)),))
+        )
+        reserving = create(store)
+
+        def listed(step: str) -> set[str]:
+            return {s.id for s in store.list(ListQuery(step=step))}
+
+        assert listed("charge") == {charging.id, undoing.id}
+        assert listed("pack") == {done.id}
+        assert listed("reserve") == {reserving.id}
+        assert listed("ship") == set()
+        for record in store.list(ListQuery()):
+            current = current_step(record)
+            assert current is not None
+            assert record.id in listed(current.name)
+
+    def _step(self, name: str, seq: int, status: StepStatus) -> StepRecord:
+        return dataclasses.replace(running(name, seq), status=status)
+
+    def _write(
+        self, store: SagaStore, saga: SagaRecord, *steps: tuple[str, int, StepStatus | None]
+    ) -> None:
+        """Rewrite or add (``None``: running, new) the saga's steps in one commit."""
+        writes = tuple(
+            StepWrite(running(name, seq), new=True, stamp="started")
+            if status is None
+            else StepWrite(self._step(name, seq, status), new=seq > 1, stamp="started")
+            for name, seq, status in steps
+        )
+        store.commit(Commit(saga.id, 1, steps=writes))
 
     def test_list_returns_each_saga_with_its_steps(self, store: SagaStore) -> None:
         saga = create(store, key="k")

@@ -24,6 +24,7 @@ from sqlalchemy import (
 )
 
 from saga._internal.ports import EventRecord, ListQuery, SagaRecord, StepRecord
+from saga._internal.record import IN_FLIGHT
 from saga._internal.status import SagaStatus, StepStatus
 
 from . import tables as t
@@ -93,6 +94,10 @@ def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
         conditions.append(i.key == query.key)
     if query.id_prefix is not None:
         conditions.append(i.id.startswith(query.id_prefix, autoescape=True))
+    if query.key_prefix is not None:
+        conditions.append(_starts(i.key, query.key_prefix))
+    if query.step is not None:
+        conditions.append(_current_step_name() == query.step)
     if query.stuck:
         conditions.append(and_(i.status.in_(ACTIVE), i.lease_expires_at < now))
     if query.older_than is not None:
@@ -107,6 +112,30 @@ def list_statement(dialect: Dialect, query: ListQuery) -> Select[Any]:
         .where(*conditions)
         .order_by(i.created_at.desc(), i.id.desc())
         .limit(query.limit)
+    )
+
+
+def _starts(column: Any, prefix: str) -> ColumnElement[bool]:
+    """``column`` starts with exactly ``prefix``, a bound parameter: LIKE with its
+    wildcards escaped (which an index may serve), and the leading characters compared,
+    since SQLite's LIKE ignores the case of ASCII letters."""
+    return and_(
+        column.startswith(prefix, autoescape=True),
+        func.substr(column, 1, len(prefix)) == prefix,
+    )
+
+
+def _current_step_name() -> Any:
+    """The name of each listed saga's current step (``record.current_step``): its newest
+    step in flight, else its newest step (NULL before any step)."""
+    s = t.steps.c
+    in_flight = case((s.status.in_([status.value for status in IN_FLIGHT]), 1), else_=0)
+    return (
+        select(s.name)
+        .where(s.saga_id == t.instances.c.id)
+        .order_by(in_flight.desc(), s.seq.desc())
+        .limit(1)
+        .scalar_subquery()
     )
 
 

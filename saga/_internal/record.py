@@ -242,6 +242,19 @@ class Renewal:
     lost: frozenset[str] = frozenset()
 
 
+IN_FLIGHT = (StepStatus.RUNNING, StepStatus.IN_DOUBT, StepStatus.COMPENSATING)
+"""The statuses of a step whose outcome (or whose compensation's) is not known yet."""
+
+
+def current_step(saga: SagaRecord) -> StepRecord | None:
+    """The saga's current step, as ``saga list`` shows it: the newest (highest seq) step
+    in flight (:data:`IN_FLIGHT`), else the newest step; None before any step."""
+    steps = sorted(saga.steps, key=lambda step: step.seq)
+    in_flight = [step for step in steps if step.status in IN_FLIGHT]
+    chosen = in_flight or steps
+    return chosen[-1] if chosen else None
+
+
 DEFAULT_LIST_LIMIT = 100
 """How many sagas one page of a listing holds unless told: ``coord.list()``, the async
 twin, ``saga list`` and the web console's list all use it (docs/operating.md)."""
@@ -260,6 +273,10 @@ class ListQuery:
     limit: int = DEFAULT_LIST_LIMIT
     id_prefix: str | None = None
     """Only sagas whose id starts with this (lowercase hex and dashes)."""
+    key_prefix: str | None = None
+    """Only sagas whose key starts with exactly this (case and ``%``/``_`` as given)."""
+    step: str | None = None
+    """Only sagas whose current step (:func:`current_step`) is named this."""
     payloads: bool = True
     """False: leave out what a listing never shows (the saga's input and trace context;
     each step's arguments, result and error), which come back None. A page of ``saga

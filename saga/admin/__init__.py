@@ -21,6 +21,7 @@ The modules behind this one::
     results      the read commands' records and their JSON
     reads        list, show, history, diff
     actions      compensate, resume, cancel, retry-compensation, mark-compensated
+    bulk         a verb on many sagas: a selection by filters, acted on in batches
     recovery     recover: plan, then carry out
     waiting      a compensation waiting for its next attempt, as callers are told it
     worker       the recovery loop
@@ -38,6 +39,18 @@ from saga.admin.actions import (
     retry_compensation,
 )
 from saga.admin.application import application, split_apps
+from saga.admin.bulk import (
+    DEFAULT_BATCH,
+    VERBS,
+    BulkItem,
+    BulkProgress,
+    BulkReport,
+    Outcome,
+    Selection,
+    Verb,
+    act_on_many,
+    select_sagas,
+)
 from saga.admin.facts import (
     FINISHED,
     IN_DOUBT,
@@ -107,9 +120,15 @@ from saga.admin.worker import WorkerStats, run_worker, serve_worker_metrics
 
 __all__ = [
     "CLI_STORE_RETRY",
+    "DEFAULT_BATCH",
     "FINISHED",
     "IN_DOUBT",
+    "VERBS",
+    "BulkItem",
+    "BulkProgress",
+    "BulkReport",
     "ByKey",
+    "Outcome",
     "Plan",
     "Progress",
     "RecoveryItem",
@@ -122,13 +141,16 @@ __all__ = [
     "SagaRef",
     "SchemaChange",
     "SchemaStatus",
+    "Selection",
     "StepDiff",
     "Timeline",
     "TimelineEntry",
+    "Verb",
     "VersionCheck",
     "VersionInUse",
     "Waiting",
     "WorkerStats",
+    "act_on_many",
     "application",
     "cancel",
     "check_versions",
@@ -161,6 +183,7 @@ __all__ = [
     "saga_id_of",
     "saga_summary",
     "schema_status",
+    "select_sagas",
     "serve_worker_metrics",
     "show_saga",
     "show_with_history",

@@ -39,8 +39,11 @@ def list_sagas(
     limit: int = DEFAULT_LIST_LIMIT,
     before: str | None = None,
     key: str | None = None,
+    key_prefix: str | None = None,
+    step: str | None = None,
 ) -> SagaPage:
-    """Sagas matching every filter given, newest first, at most ``limit``.
+    """Sagas matching every filter given, newest first, at most ``limit``: ``key_prefix``
+    matches the start of a key exactly, ``step`` the current step (the one a page shows).
 
     The views carry no payloads: a page shows none of them, and a saga's results may
     weigh megabytes, so their ``input``, step ``result``, ``args`` and ``error`` are None
@@ -53,6 +56,8 @@ def list_sagas(
         status=statuses_of(statuses or None),
         name=name,
         key=key,
+        key_prefix=key_prefix,
+        step=step,
         stuck=stuck,
         before=before,
         older_than=older_than,

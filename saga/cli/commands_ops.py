@@ -15,7 +15,8 @@ from saga import admin
 from saga._internal.coordinator import Coordinator
 from saga._internal.errors import ConfigurationError, SagaHandedBack
 from saga._internal.views import SagaView
-from saga.cli.options import JsonFlag, KeyOption, NameOption, SagaId, app, naming_command
+from saga.cli.command_bulk import acting_command
+from saga.cli.options import JsonFlag, KeyOption, NameOption, SagaId, app
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import FAILED, OK, Session, reporting, session_of
 
@@ -109,25 +110,25 @@ def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], 
             render_standing(session, view)
 
 
-@naming_command("compensate")
+@acting_command("compensate")
 def compensate_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Unwind a saga now (refused past its pivot or once it finished)."""
     _act(ctx, json_output, lambda coord: admin.compensate(coord, ref))
 
 
-@naming_command("resume")
+@acting_command("resume")
 def resume_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Carry a stuck declarative saga forward now (needs --app)."""
     _act(ctx, json_output, lambda coord: admin.resume(coord, ref))
 
 
-@naming_command("cancel")
+@acting_command("cancel")
 def cancel_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Stop a running saga at its next step boundary and unwind it."""
     _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
 
 
-@naming_command("retry-compensation")
+@acting_command("retry-compensation")
 def retry_compensation_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
     _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, ref))

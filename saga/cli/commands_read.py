@@ -12,7 +12,20 @@ import typer
 
 from saga import admin
 from saga._internal.ports import DEFAULT_LIST_LIMIT
-from saga.cli.options import JsonFlag, SagaId, WideFlag, app, naming_command
+from saga.cli.options import (
+    AgeFilter,
+    JsonFlag,
+    KeyFilter,
+    KeyPrefixFilter,
+    NameFilter,
+    SagaId,
+    StatusFilter,
+    StepFilter,
+    StuckFlag,
+    WideFlag,
+    app,
+    naming_command,
+)
 from saga.cli.render import (
     ListArgs,
     render_detail,
@@ -22,30 +35,6 @@ from saga.cli.render import (
 )
 from saga.cli.session import respond
 
-StatusFilter = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--status",
-        "-s",
-        help="running, compensating, completed, compensated, "
-        "failed or cancelled; repeat or comma-separate.",
-        show_default=False,
-        metavar="STATUS",
-    ),
-]
-NameFilter = Annotated[
-    str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
-]
-KeyFilter = Annotated[
-    str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
-]
-StuckFlag = Annotated[
-    bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
-]
-AgeFilter = Annotated[
-    str | None,
-    typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
-]
 PageLimit = Annotated[
     int, typer.Option("--limit", help="At most this many on a page.", metavar="N")
 ]
@@ -61,6 +50,8 @@ def list_command(
     status: StatusFilter = None,
     name: NameFilter = None,
     key: KeyFilter = None,
+    key_prefix: KeyPrefixFilter = None,
+    step: StepFilter = None,
     stuck: StuckFlag = False,
     older_than: AgeFilter = None,
     limit: PageLimit = DEFAULT_LIST_LIMIT,
@@ -69,7 +60,9 @@ def list_command(
     json_output: JsonFlag = False,
 ) -> None:
     """Sagas, newest first."""
-    args = ListArgs(tuple(status or ()), name, key, stuck, older_than, limit, wide)
+    args = ListArgs(
+        tuple(status or ()), name, key, stuck, older_than, limit, wide, key_prefix, step
+    )
     respond(
         ctx,
         json_output,
@@ -78,6 +71,8 @@ def list_command(
             statuses=admin.parse_statuses(args.statuses),
             name=name,
             key=key,
+            key_prefix=key_prefix,
+            step=step,
             stuck=stuck,
             older_than=None if older_than is None else admin.parse_duration(older_than),
             limit=limit,

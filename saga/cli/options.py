@@ -100,6 +100,40 @@ NameOption = Annotated[
     ),
 ]
 
+StatusFilter = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--status",
+        "-s",
+        help="running, compensating, completed, compensated, "
+        "failed or cancelled; repeat or comma-separate.",
+        show_default=False,
+        metavar="STATUS",
+    ),
+]
+NameFilter = Annotated[
+    str | None, typer.Option("--name", "-n", help="Only this saga name.", metavar="NAME")
+]
+KeyFilter = Annotated[
+    str | None, typer.Option("--key", help="Only sagas with this key.", metavar="KEY")
+]
+StuckFlag = Annotated[
+    bool, typer.Option("--stuck", help="Running or compensating with an expired lease.")
+]
+KeyPrefixFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--key-prefix", help="Only sagas whose key starts with this (exactly).", metavar="TEXT"
+    ),
+]
+StepFilter = Annotated[
+    str | None,
+    typer.Option("--step", help="Only sagas whose current step is this one.", metavar="STEP"),
+]
+AgeFilter = Annotated[
+    str | None,
+    typer.Option("--older-than", help="Created longer ago than this (10m, 2d).", metavar="AGE"),
+]
 NamedHandler = Callable[[typer.Context, bool, admin.SagaRef], None]
 """A command's body, given the ``--json`` flag and the saga its arguments name."""
 

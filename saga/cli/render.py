@@ -70,6 +70,8 @@ class ListArgs:
     older_than: str | None = None
     limit: int = DEFAULT_LIST_LIMIT
     wide: bool = False
+    key_prefix: str | None = None
+    step: str | None = None
 
     def options(self) -> list[str]:
         """The options that ask for this query again (the default limit goes without saying)."""
@@ -77,6 +79,8 @@ class ListArgs:
         for option, value in (
             ("--name", self.name),
             ("--key", self.key),
+            ("--key-prefix", self.key_prefix),
+            ("--step", self.step),
             ("--older-than", self.older_than),
             ("--limit", None if self.limit == DEFAULT_LIST_LIMIT else str(self.limit)),
         ):

@@ -60,7 +60,7 @@ def test_recover_by_key(world: World, coord: Coordinator) -> None:
     ("args", "expected"),
     [
         (["show"], "name the saga: an ID (or its first characters) or --key"),
-        (["cancel", "--name", "cli-order"], "--name goes with --key"),
+        (["cancel", "abcdef12", "--name", "cli-order"], "--name goes with --key"),
         (["resume", "abcdef12", "--key", "k"], "name the saga by ID or by --key, not both"),
         (["show", "--key", "no-such-key"], "no saga with key 'no-such-key'"),
     ],
