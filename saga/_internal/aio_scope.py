@@ -12,9 +12,9 @@ from typing import Any, Protocol
 
 from saga._internal.drivers.tasks import TaskDriver
 from saga._internal.engine.core import Engine
-from saga._internal.engine.scope import StepCall, bound
+from saga._internal.engine.scope import StepCall, bound, step_call
 from saga._internal.engine.scope_face import ScopeFace
-from saga._internal.policy import RetryPolicy
+from saga._internal.signature import taking
 
 
 class AsyncScopeHost(Protocol):
@@ -43,24 +43,11 @@ class AsyncSagaScope(ScopeFace):
             raise failure
         return self
 
-    async def step(
-        self,
-        fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        result_type: Any = None,
-        **kwargs: Any,
-    ) -> Any:
+    @taking(step_call)
+    async def step(self, call: StepCall) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited if async) as the next step;
         ``compensate(result, *args, **kwargs)`` undoes it."""
-        call = StepCall(
-            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
-        )
-        action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out
+        action = bound(call.fn, call.args, call.kwargs)  # an async fn stays async: awaited
         return await self.driver.run(self._flows.call(call, action), shielded=True)
 
     async def parallel(self, *calls: StepCall) -> list[Any]:

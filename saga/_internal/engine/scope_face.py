@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from saga._internal.engine.core import Engine
-from saga._internal.engine.scope import StepCall
-from saga._internal.policy import RetryPolicy
+from saga._internal.engine.scope import StepCall, step_call
+from saga._internal.signature import taking
 from saga._internal.status import SagaStatus
 
 
@@ -51,19 +51,7 @@ class ScopeFace:
         """Results of the steps done so far, by step name."""
         return self._core.results
 
-    def call(
-        self,
-        fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        result_type: Any = None,
-        **kwargs: Any,
-    ) -> StepCall:
+    @taking(step_call)
+    def call(self, described: StepCall) -> StepCall:
         """A step for :meth:`parallel`, with the arguments ``step`` takes; runs nothing."""
-        return StepCall(
-            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
-        )
+        return described
