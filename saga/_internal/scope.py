@@ -8,35 +8,19 @@ with the coordinator's thread driver.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from saga._internal.drivers.threads import ThreadDriver
-from saga._internal.engine.core import Engine
 from saga._internal.engine.scope import StepCall, step_call
 from saga._internal.engine.scope_face import ScopeFace
 from saga._internal.signature import taking
 
 
-class ScopeHost(Protocol):
-    """What a scope needs of its coordinator."""
-
-    engine: Engine
-    driver: ThreadDriver
-
-
-class SagaScope(ScopeFace):
+class SagaScope(ScopeFace[ThreadDriver]):
     """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
 
-    def __init__(
-        self, coordinator: ScopeHost, name: str, key: str | None, deadline: float | None = None
-    ) -> None:
-        super().__init__(coordinator.engine, name, key, deadline)
-        self.driver = coordinator.driver
-
     def __enter__(self) -> SagaScope:
-        failure = self.driver.run(self._engine.enter(self._flows))
-        if failure is not None:  # a crash left it compensating: that unwinding finished
-            raise failure
+        self.driver.run(self._engine.enter(self._flows))
         return self
 
     @taking(step_call)
