@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from saga._internal.aio_scope import AsyncSagaScope
-from saga._internal.coordinator import Coordinator
+from saga._internal.coordinator import Coordinator, RunCall
 from saga._internal.definition import Saga
 from saga._internal.drivers.tasks import TaskDriver
 from saga._internal.engine import rules
@@ -83,17 +83,10 @@ class AsyncCoordinator:
 
     # -- running ----------------------------------------------------------------------------
 
-    async def run(
-        self,
-        saga: Saga | str,
-        data: Any = None,
-        *,
-        key: str | None = None,
-        deadline: timedelta | float | None = None,
-    ) -> SagaView:
+    @taking(RunCall)
+    async def run(self, call: RunCall) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
-        definition = self.sync.definitions.definition(saga)
-        return view_of(await self.driver.run(self.engine.run(definition, data, key, deadline)))
+        return view_of(await self.driver.run(call.flow(self.sync.definitions, self.engine)))
 
     def saga(
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
