@@ -23,12 +23,15 @@ with the same key is what makes that safe.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import httpx
 
 from saga._internal.context import current_step
+from saga._internal.signature import taking
 
 __all__ = [
     "IDEMPOTENCY_HEADER",
@@ -97,8 +100,19 @@ def checked(response: httpx.Response, accept: Iterable[int] = ()) -> httpx.Respo
     raise HTTPRefusedError(message, status_code=code)
 
 
-def request(
-    client: httpx.Client,
+@dataclasses.dataclass(frozen=True)
+class _Sending:
+    """A request as ``request`` and ``arequest`` send it: the idempotency key in its
+    headers, and what else the client takes in ``options``."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    accept: Iterable[int]
+    options: dict[str, Any]
+
+
+def _sending(
     method: str,
     url: str,
     *,
@@ -106,33 +120,31 @@ def request(
     accept: Iterable[int] = (),
     headers: Mapping[str, str] | None = None,
     **options: Any,
-) -> httpx.Response:
+) -> _Sending:
+    """The arguments of ``request`` and ``arequest`` after the client, written once (see
+    :mod:`saga._internal.signature`)."""
+    merged = {**(headers or {}), **idempotency_headers(key)}
+    return _Sending(method, url, merged, accept, options)
+
+
+@taking(_sending)
+def request(client: httpx.Client, sending: _Sending) -> httpx.Response:
     """Send ``method url`` with the idempotency key; see the module for what is raised."""
-    merged = {**(headers or {}), **idempotency_headers(key)}
-    try:
-        response = client.request(method, url, headers=merged, **options)
-    except httpx.TransportError as error:
-        raise _unanswered(method, url, error) from error
-    return checked(response, accept)
+    with _answered(sending.method, sending.url):
+        response = client.request(
+            sending.method, sending.url, headers=sending.headers, **sending.options
+        )
+    return checked(response, sending.accept)
 
 
-async def arequest(
-    client: httpx.AsyncClient,
-    method: str,
-    url: str,
-    *,
-    key: str | None = None,
-    accept: Iterable[int] = (),
-    headers: Mapping[str, str] | None = None,
-    **options: Any,
-) -> httpx.Response:
+@taking(_sending)
+async def arequest(client: httpx.AsyncClient, sending: _Sending) -> httpx.Response:
     """The asyncio twin of :func:`request`."""
-    merged = {**(headers or {}), **idempotency_headers(key)}
-    try:
-        response = await client.request(method, url, headers=merged, **options)
-    except httpx.TransportError as error:
-        raise _unanswered(method, url, error) from error
-    return checked(response, accept)
+    with _answered(sending.method, sending.url):
+        response = await client.request(
+            sending.method, sending.url, headers=sending.headers, **sending.options
+        )
+    return checked(response, sending.accept)
 
 
 def probe(client: httpx.Client, url: str, **options: Any) -> httpx.Response | None:
@@ -142,31 +154,33 @@ def probe(client: httpx.Client, url: str, **options: Any) -> httpx.Response | No
     that cannot answer now raises ``RetryableHTTPError``, never ``None``:
     "I don't know" must not be mistaken for "it did not happen".
     """
-    try:
+    with _answered("GET", url):
         response = client.get(url, **options)
-    except httpx.TransportError as error:
-        raise _unanswered("GET", url, error) from error
     return _probed(response)
 
 
 async def aprobe(client: httpx.AsyncClient, url: str, **options: Any) -> httpx.Response | None:
     """The asyncio twin of :func:`probe`."""
-    try:
+    with _answered("GET", url):
         response = await client.get(url, **options)
-    except httpx.TransportError as error:
-        raise _unanswered("GET", url, error) from error
     return _probed(response)
+
+
+@contextlib.contextmanager
+def _answered(method: str, url: str) -> Iterator[None]:
+    """A request that got no answer (refused, reset, timed out) raises
+    ``RetryableHTTPError``: it may or may not have been applied."""
+    try:
+        yield
+    except httpx.TransportError as error:
+        kind = type(error).__name__
+        raise RetryableHTTPError(f"{method} {url} got no answer ({kind}: {error})") from error
 
 
 def _probed(response: httpx.Response) -> httpx.Response | None:
     if response.status_code in MISSING_STATUS_CODES:
         return None
     return checked(response)
-
-
-def _unanswered(method: str, url: str, error: httpx.TransportError) -> RetryableHTTPError:
-    kind = type(error).__name__
-    return RetryableHTTPError(f"{method} {url} got no answer ({kind}: {error})")
 
 
 def _seconds(value: str | None) -> float | None:

@@ -4,26 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any
 
 from saga._internal.aio_scope import AsyncSagaScope
-from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT
-from saga._internal.coordinator import Coordinator
+from saga._internal.coordinator import Coordinator, RunCall
 from saga._internal.definition import Saga
 from saga._internal.drivers.tasks import TaskDriver
 from saga._internal.engine import rules
 from saga._internal.listening import Listener
-from saga._internal.policy import (
-    DEFAULT_COMPENSATION_RETRY,
-    INLINE_COMPENSATION_WAIT,
-    STORE_RETRY,
-    RetryPolicy,
-)
-from saga._internal.ports import DEFAULT_LIST_LIMIT, EventRecord, SagaRecord, SagaStore
+from saga._internal.ports import EventRecord, SagaRecord
 from saga._internal.recovery import RecoveryOutcome, RecoveryReport
-from saga._internal.status import SagaStatus
+from saga._internal.signature import taking, twin_of
 from saga._internal.store import async_store
 from saga._internal.views import SagaView, needs_events, view_of
 
@@ -35,38 +27,9 @@ class AsyncCoordinator:
     connections and clients); sync ones run in a worker thread.
     """
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        lease_ttl: float | None = None,
-        payload_limit: int = DEFAULT_PAYLOAD_LIMIT,
-        trusted_modules: Iterable[str] = (),
-        store: SagaStore | None = None,
-        store_retry: RetryPolicy = STORE_RETRY,
-        session_factory: Callable[..., Any] | None = None,
-        listeners: Iterable[Listener] = (),
-        log_events: bool = True,
-        create_tables: bool = True,
-        resources: Mapping[str, Any] | None = None,
-        compensation_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY,
-        compensation_wait_in_place: float = INLINE_COMPENSATION_WAIT,
-    ) -> None:
-        self.sync = Coordinator(
-            url,
-            lease_ttl=lease_ttl,
-            payload_limit=payload_limit,
-            trusted_modules=trusted_modules,
-            store=store,
-            store_retry=store_retry,
-            session_factory=session_factory,
-            listeners=listeners,
-            log_events=log_events,
-            create_tables=create_tables,
-            resources=resources,
-            compensation_retry=compensation_retry,
-            compensation_wait_in_place=compensation_wait_in_place,
-        )
+    @taking(Coordinator)
+    def __init__(self, sync: Coordinator) -> None:
+        self.sync = sync  # made of the arguments given, as ``Coordinator`` takes them
         self.listeners = self.sync.listeners
         self.resources = self.sync.resources
         self.store = async_store(self.sync.store)
@@ -120,17 +83,10 @@ class AsyncCoordinator:
 
     # -- running ----------------------------------------------------------------------------
 
-    async def run(
-        self,
-        saga: Saga | str,
-        data: Any = None,
-        *,
-        key: str | None = None,
-        deadline: timedelta | float | None = None,
-    ) -> SagaView:
+    @taking(RunCall)
+    async def run(self, call: RunCall) -> SagaView:
         """Run a declarative saga to its end; see ``Coordinator.run``."""
-        definition = self.sync.definitions.definition(saga)
-        return view_of(await self.driver.run(self.engine.run(definition, data, key, deadline)))
+        return view_of(await self.driver.run(call.flow(self.sync.definitions, self.engine)))
 
     def saga(
         self, name: str, *, key: str | None = None, deadline: timedelta | float | None = None
@@ -146,30 +102,9 @@ class AsyncCoordinator:
         """See ``Coordinator.get``: by id, or by key (and name)."""
         return await asyncio.to_thread(lambda: self.sync.get(saga_id, key=key, name=name))
 
-    async def list(
-        self,
-        status: SagaStatus | str | Iterable[SagaStatus | str] | None = None,
-        name: str | None = None,
-        limit: int = DEFAULT_LIST_LIMIT,
-        *,
-        stuck: bool = False,
-        before: str | None = None,
-        older_than: float | None = None,
-        key: str | None = None,
-        id_prefix: str | None = None,
-    ) -> list[SagaView]:
-        return await asyncio.to_thread(
-            lambda: self.sync.list(
-                status,
-                name,
-                limit,
-                stuck=stuck,
-                before=before,
-                older_than=older_than,
-                key=key,
-                id_prefix=id_prefix,
-            )
-        )
+    @twin_of(Coordinator.list)
+    async def list(self, *args: Any, **kwargs: Any) -> builtins.list[SagaView]:
+        return await asyncio.to_thread(self.sync.list, *args, **kwargs)
 
     async def _view(self, record: SagaRecord) -> SagaView:
         """See ``Coordinator._view``."""

@@ -8,59 +8,26 @@ and cancelled), sync ones run in a worker thread.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from saga._internal.drivers.tasks import TaskDriver
-from saga._internal.engine.core import Engine
-from saga._internal.engine.scope import StepCall, bound
+from saga._internal.engine.scope import StepCall, bound, step_call
 from saga._internal.engine.scope_face import ScopeFace
-from saga._internal.policy import RetryPolicy
+from saga._internal.signature import taking
 
 
-class AsyncScopeHost(Protocol):
-    """What an async scope needs of its coordinator."""
-
-    engine: Engine
-    driver: TaskDriver
-
-
-class AsyncSagaScope(ScopeFace):
+class AsyncSagaScope(ScopeFace[TaskDriver]):
     """The ``s`` in ``async with coord.saga(...) as s``; see :meth:`step`."""
 
-    def __init__(
-        self,
-        coordinator: AsyncScopeHost,
-        name: str,
-        key: str | None,
-        deadline: float | None = None,
-    ) -> None:
-        super().__init__(coordinator.engine, name, key, deadline)
-        self.driver = coordinator.driver
-
     async def __aenter__(self) -> AsyncSagaScope:
-        failure = await self.driver.run(self._engine.enter(self._flows))
-        if failure is not None:  # a crash left it compensating: that unwinding finished
-            raise failure
+        await self.driver.run(self._engine.enter(self._flows))
         return self
 
-    async def step(
-        self,
-        fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        result_type: Any = None,
-        **kwargs: Any,
-    ) -> Any:
+    @taking(step_call)
+    async def step(self, call: StepCall) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited if async) as the next step;
         ``compensate(result, *args, **kwargs)`` undoes it."""
-        call = StepCall(
-            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
-        )
-        action = bound(fn, args, kwargs)  # an async fn stays async: awaited, timed out
+        action = bound(call.fn, call.args, call.kwargs)  # an async fn stays async: awaited
         return await self.driver.run(self._flows.call(call, action), shielded=True)
 
     async def parallel(self, *calls: StepCall) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 import socket
 import uuid
@@ -16,6 +17,7 @@ from saga._internal.definition import Saga
 from saga._internal.drivers.threads import ThreadDriver
 from saga._internal.engine import rules
 from saga._internal.engine.core import Engine
+from saga._internal.engine.effects import Flow
 from saga._internal.errors import (
     AmbiguousSagaError,
     ConfigurationError,
@@ -43,6 +45,7 @@ from saga._internal.ports import (
 from saga._internal.refs import Resolver
 from saga._internal.resources import Resources
 from saga._internal.settings import lease_ttl_setting
+from saga._internal.signature import taking
 from saga._internal.status import SagaStatus, statuses_of
 from saga._internal.store import open_store, use_session_factory
 from saga._internal.views import SagaView, needs_events, view_of
@@ -57,6 +60,24 @@ T = TypeVar("T")
 def new_owner_id() -> str:
     """host:pid:random, unique per coordinator."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunCall:
+    """The arguments of ``run``, in both coordinators, written once (see
+    :mod:`saga._internal.signature`): the saga (a definition, or the name of one
+    registered or defined here), its input ``data``, its ``key`` and ``deadline``."""
+
+    saga: Saga | str
+    data: Any = None
+    _: dataclasses.KW_ONLY
+    key: str | None = None
+    deadline: timedelta | float | None = None
+
+    def flow(self, definitions: versions.Definitions, engine: Engine) -> Flow[SagaRecord]:
+        """What running it does, for a coordinator's driver to carry out."""
+        definition = definitions.definition(self.saga)
+        return engine.run(definition, self.data, self.key, self.deadline)
 
 
 class Coordinator:
@@ -178,21 +199,14 @@ class Coordinator:
         instance continues with the version it started with."""
         self.definitions.register(*sagas)
 
-    def run(
-        self,
-        saga: Saga | str,
-        data: Any = None,
-        *,
-        key: str | None = None,
-        deadline: timedelta | float | None = None,
-    ) -> SagaView:
+    @taking(RunCall)
+    def run(self, call: RunCall) -> SagaView:
         """Run a declarative saga to its end and return its view.
 
         With ``key``, a second call returns the first saga's recorded outcome
         (raising ``SagaFailed`` again if it failed) and runs nothing twice.
         """
-        definition = self.definitions.definition(saga)
-        return view_of(self.driver.run(self.engine.run(definition, data, key, deadline)))
+        return view_of(self.driver.run(call.flow(self.definitions, self.engine)))
 
     def started_with(self, record: SagaRecord) -> Saga:
         """The definition ``record`` started with: its version, with its fingerprint.

@@ -9,7 +9,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypedDict, Unpack, overload
 
 from saga._internal.codec import check_name
 from saga._internal.errors import DefinitionError, PayloadError
@@ -55,6 +55,27 @@ def _defining_module() -> str | None:
     name = None if caller is None else caller.f_globals.get("__name__")
     del frame, caller  # a frame held in a local would keep every local of its stack alive
     return name if isinstance(name, str) and name != "__main__" else None
+
+
+class StepOptions(TypedDict, total=False):
+    """The options of ``@saga.step(...)``, written once for both of its spellings."""
+
+    name: str | None
+    """The step's name; by default the function's."""
+    retry: RetryPolicy | None
+    """Its retry policy; by default ``DEFAULT_STEP_RETRY`` (``retriable``: until it succeeds)."""
+    timeout: float | None
+    """Seconds one attempt may take; by default no limit."""
+    after: tuple[str, ...] | list[str] | None
+    """The steps it runs after; by default the one declared before it (``()``: none)."""
+    pivot: bool
+    """The point of no return: no compensation, and once it succeeded only forward."""
+    retriable: bool
+    """After a pivot: retried until it succeeds, never compensated."""
+    transactional: bool
+    """``ctx.session`` is in the transaction that records the step's success."""
+    result_type: Any
+    """What the result is read back as; by default the return annotation's class."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -161,50 +182,36 @@ class Saga:
     def step(self, fn: StepFn, /) -> Step: ...
     @overload
     def step(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        after: tuple[str, ...] | list[str] | None = None,
-        pivot: bool = False,
-        retriable: bool = False,
-        transactional: bool = False,
-        result_type: Any = None,
+        self, fn: None = None, /, **options: Unpack[StepOptions]
     ) -> Callable[[StepFn], Step]: ...
     def step(
-        self,
-        fn: StepFn | None = None,
-        /,
-        *,
-        name: str | None = None,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        after: tuple[str, ...] | list[str] | None = None,
-        pivot: bool = False,
-        retriable: bool = False,
-        transactional: bool = False,
-        result_type: Any = None,
+        self, fn: StepFn | None = None, /, **options: Unpack[StepOptions]
     ) -> Step | Callable[[StepFn], Step]:
         """Declare a step; it runs after the step declared before it unless ``after=``.
         Its result is read back (``ctx.results``, ``view.results``, ``ctx.result``) as
         ``result_type``, by default the function's return annotation when it names a
-        dataclass or a pydantic model (see ``saga._internal.typed``)."""
-        kind = self._kind(pivot, retriable)
-        default_retry = DEFAULT_RETRIABLE_RETRY if retriable else DEFAULT_STEP_RETRY
+        dataclass or a pydantic model (see ``saga._internal.typed``). The options are
+        :class:`StepOptions`'s."""
+        unknown = sorted(options.keys() - StepOptions.__optional_keys__)
+        if unknown:  # what Python says of a keyword a signature does not name
+            raise TypeError(f"step() got an unexpected keyword argument {unknown[0]!r}")
+        retriable = options.get("retriable", False)
+        kind = self._kind(options.get("pivot", False), retriable)
+        retry = options.get("retry") or (
+            DEFAULT_RETRIABLE_RETRY if retriable else DEFAULT_STEP_RETRY
+        )
+        after = options.get("after")
 
         def declare(action: StepFn) -> Step:
             step = Step(
-                name=name or action.__name__,
+                name=options.get("name") or action.__name__,
                 fn=action,
-                retry=retry or default_retry,
-                timeout=timeout,
+                retry=retry,
+                timeout=options.get("timeout"),
                 after=None if after is None else tuple(after),
                 kind=kind,
-                transactional=transactional,
-                declared_result_type=result_type,
+                transactional=options.get("transactional", False),
+                declared_result_type=options.get("result_type"),
             )
             self.steps.append(step)
             self._plan = None

@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from saga._internal.context import StepContext
 from saga._internal.delivery import Delivery, is_coroutine_function, scoped
@@ -167,6 +167,17 @@ class Listeners:
         """``change`` to ``record`` committed: tell its events."""
         if self._deliveries and record is not None:
             self.tell(record, change.events, change.epoch, change.status or record.status)
+
+    @contextlib.contextmanager
+    def writing(self, record: SagaRecord | None, change: Commit) -> Iterator[None]:
+        """Around a driver's commit of ``change``: told ``committed`` once it returned,
+        ``refused`` if it raised (the error goes on)."""
+        try:
+            yield
+        except Exception as error:
+            self.refused(record, change, error)
+            raise
+        self.committed(record, change)
 
     def refused(self, record: SagaRecord | None, change: Commit, error: Exception) -> None:
         """The store refused ``change``: if because another process claimed the saga

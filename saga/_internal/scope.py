@@ -8,57 +8,31 @@ with the coordinator's thread driver.
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 from saga._internal.drivers.threads import ThreadDriver
-from saga._internal.engine.core import Engine
-from saga._internal.engine.scope import StepCall
+from saga._internal.engine.scope import StepCall, step_call
 from saga._internal.engine.scope_face import ScopeFace
-from saga._internal.policy import RetryPolicy
+from saga._internal.signature import taking
 
 
-class ScopeHost(Protocol):
-    """What a scope needs of its coordinator."""
-
-    engine: Engine
-    driver: ThreadDriver
-
-
-class SagaScope(ScopeFace):
+class SagaScope(ScopeFace[ThreadDriver]):
     """The ``s`` in ``with coord.saga(...) as s``; see :meth:`step`."""
 
-    def __init__(
-        self, coordinator: ScopeHost, name: str, key: str | None, deadline: float | None = None
-    ) -> None:
-        super().__init__(coordinator.engine, name, key, deadline)
-        self.driver = coordinator.driver
-
     def __enter__(self) -> SagaScope:
-        failure = self.driver.run(self._engine.enter(self._flows))
-        if failure is not None:  # a crash left it compensating: that unwinding finished
-            raise failure
+        self.driver.run(self._engine.enter(self._flows))
         return self
 
-    def step(
-        self,
-        fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        result_type: Any = None,
-        **kwargs: Any,
-    ) -> Any:
+    @taking(step_call)
+    def step(self, call: StepCall) -> Any:
         """Run ``fn(*args, **kwargs)`` as the next step; ``compensate(result, *args, **kwargs)``
         undoes it. Both must be module-level functions and the arguments JSON values.
         A replayed step returns its recorded result as ``result_type`` (default: ``fn``'s
         return annotation, when it names a dataclass or a model; see ``saga._internal.typed``)."""
-        call = StepCall(
-            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
-        )
-        action = lambda _context: fn(*args, **kwargs)  # noqa: E731 - sync, even for async fn
+
+        def action(_context: Any) -> Any:  # sync, even for an async fn: the driver awaits it
+            return call.fn(*call.args, **call.kwargs)
+
         return self.driver.run(self._flows.call(call, action))
 
     def parallel(self, *calls: StepCall) -> list[Any]:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from saga._internal import faults
-from saga._internal.context import StepContext, entered
+from saga._internal.context import entered
 from saga._internal.drivers.threads import StepScope, ThreadDriver, no_scope
 from saga._internal.engine import effects as fx
 from saga._internal.engine.forward import cancelled, is_async
@@ -43,9 +43,7 @@ class TaskDriver:
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(
-                effect.action, threads.given(effect.context), effect.timeout, scope
-            ),
+            fx.Call: lambda effect, _: call(threads.given(effect), scope),
             fx.Fault: _fault,
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
@@ -81,37 +79,25 @@ class TaskDriver:
         ``branch`` a write completes even when the task is cancelled meanwhile, and the
         flow takes its result: the branch's record must say what the store holds,
         since a cancelled step is then recorded (failed) from it."""
-        reply: Any = None
-        error: Exception | None = None
-        try:
-            while True:
-                try:
-                    effect = flow.send(reply) if error is None else flow.throw(error)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
+        driving = fx.Driving(flow)
+        with contextlib.closing(flow):
+            for effect in driving:
                 try:
                     if branch and type(effect) is fx.Write:
-                        reply = await self._shielded_write(effect, flow)
+                        driving.answer(await self._shielded_write(effect, flow))
                     else:
-                        reply = await self._answer(effect, tasks)
-                    error = None
+                        driving.answer(await self._answer(effect, tasks))
                 except Exception as raised:  # noqa: BLE001 - handed to the flow
-                    reply, error = None, raised
-        finally:
-            flow.close()
+                    driving.fail(raised)
+        return driving.result
 
     def _answer(self, effect: fx.Effect, tasks: _Tasks) -> Awaitable[Any]:
         return self._answers[type(effect)](effect, tasks)
 
     async def write(self, effect: fx.Write) -> bool:
         """Commit ``effect``'s change; the listeners are told once it committed."""
-        try:
-            stop = await self.store.commit(effect.change)
-        except Exception as error:
-            self.listeners.refused(effect.record, effect.change, error)
-            raise
-        self.listeners.committed(effect.record, effect.change)
-        return stop
+        with self.listeners.writing(effect.record, effect.change):
+            return await self.store.commit(effect.change)
 
     async def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (see ``ThreadDriver.create``)."""
@@ -203,7 +189,7 @@ class _Tasks:
             self._wake = None
         stop_requested, self._stopped = self._stopped, False
         finished = [self._finished(task) for task in list(self.running) if task.done()]
-        return fx.Waited(sorted(finished, key=_ended), stop_requested)
+        return fx.Waited.of(finished, stop_requested)
 
     def _finished(self, task: asyncio.Future[Any]) -> fx.Finished:
         """How a finished task ended; a cancelled one counts as a failed attempt."""
@@ -263,18 +249,10 @@ async def _cancel_in_flight(effect: fx.CancelInFlight, tasks: _Tasks) -> None:
     tasks.cancel_in_flight(effect.why)
 
 
-def _ended(finished: fx.Finished) -> float:
-    return finished.ended
-
-
-async def call(
-    action: fx.Action,
-    context: StepContext,
-    timeout: float | None = None,
-    scope: StepScope = no_scope,
-) -> Any:
-    """Run ``action`` as the current step, inside the listeners' ``scope`` of it: awaited
-    if async, in a thread if not."""
+async def call(effect: fx.Call, scope: StepScope = no_scope) -> Any:
+    """Run ``effect``'s action as the current step, inside the listeners' ``scope`` of it:
+    awaited if async, in a thread if not."""
+    action, context, timeout = effect.action, effect.context, effect.timeout
     with entered(context), scope(context):
         running = action(context) if is_async(action) else asyncio.to_thread(action, context)
         limit = asyncio.timeout(timeout)

@@ -66,9 +66,7 @@ class ThreadDriver:
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(
-                effect.action, self.given(effect.context), effect.timeout, scope
-            ),
+            fx.Call: lambda effect, _: call(self.given(effect), scope),
             fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
@@ -100,20 +98,14 @@ class ThreadDriver:
     def drive(self, flow: fx.Flow[T], branches: _Branches) -> T:
         """Answer ``flow``'s effects until it ends; an effect's error is thrown into the
         flow at its ``yield``, which decides what it means."""
-        reply: Any = None
-        error: Exception | None = None
-        try:
-            while True:
+        driving = fx.Driving(flow)
+        with contextlib.closing(flow):
+            for effect in driving:
                 try:
-                    effect = flow.send(reply) if error is None else flow.throw(error)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-                try:
-                    reply, error = self._answer(effect, branches), None
+                    driving.answer(self._answer(effect, branches))
                 except Exception as raised:  # noqa: BLE001 - handed to the flow
-                    reply, error = None, raised
-        finally:
-            flow.close()
+                    driving.fail(raised)
+        return driving.result
 
     def _answer(self, effect: fx.Effect, branches: _Branches) -> Any:
         return self._answers[type(effect)](effect, branches)
@@ -125,21 +117,18 @@ class ThreadDriver:
         else:
             time.sleep(effect.seconds)
 
-    def given(self, context: StepContext) -> StepContext:
-        """``context`` with this coordinator's resources (the engine knows none of them)."""
+    def given(self, effect: fx.Call) -> fx.Call:
+        """``effect`` with this coordinator's resources in its context (the engine knows
+        none of them)."""
         if not self.resources:  # none given: the context's empty default says so already
-            return context
-        return dataclasses.replace(context, resources=self.resources)
+            return effect
+        context = dataclasses.replace(effect.context, resources=self.resources)
+        return dataclasses.replace(effect, context=context)
 
     def write(self, effect: fx.Write) -> bool:
         """Commit ``effect``'s change; the listeners are told once it committed."""
-        try:
-            stop = self.store.commit(effect.change)
-        except Exception as error:
-            self.listeners.refused(effect.record, effect.change, error)
-            raise
-        self.listeners.committed(effect.record, effect.change)
-        return stop
+        with self.listeners.writing(effect.record, effect.change):
+            return self.store.commit(effect.change)
 
     def store_effect(self, effect: fx.StoreEffect) -> Any:
         """``effect``'s one call of the store (a claim names this owner: it is recorded
@@ -197,7 +186,7 @@ class ThreadDriver:
 
         def work(session: Any) -> Any:
             context = dataclasses.replace(effect.context, session=session, resources=self.resources)
-            return call(effect.action, context, scope=self.listeners.step_scope)
+            return call(fx.Call(effect.action, context), self.listeners.step_scope)
 
         committed: list[Commit] = []
 
@@ -244,7 +233,7 @@ class _Branches:
             return fx.Waited([self._driver.drive(self._deferred.pop().flow, self)])
         done, self._futures = wait(self._futures, return_when=FIRST_COMPLETED)
         # result() re-raises what ended a branch early (a lost lease, a dead database).
-        return fx.Waited(sorted((future.result() for future in done), key=_ended))
+        return fx.Waited.of(future.result() for future in done)
 
     def close(self) -> None:
         """Wait for the branches still in flight (a thread cannot be stopped)."""
@@ -254,18 +243,10 @@ class _Branches:
             self._pool.shutdown(wait=True)
 
 
-def _ended(finished: fx.Finished) -> float:
-    return finished.ended
-
-
-def call(
-    action: fx.Action,
-    context: StepContext,
-    timeout: float | None = None,
-    scope: StepScope = no_scope,
-) -> Any:
-    """Run ``action`` as the current step, inside the listeners' ``scope`` of it; give up
-    waiting after ``timeout`` seconds."""
+def call(effect: fx.Call, scope: StepScope = no_scope) -> Any:
+    """Run ``effect``'s action as the current step, inside the listeners' ``scope`` of it;
+    give up waiting after its timeout."""
+    action, context, timeout = effect.action, effect.context, effect.timeout
     if timeout is None:
         with entered(context), scope(context):
             return _awaited(action(context))

@@ -99,18 +99,14 @@ class Engine:
         core = ScopeCore(self.owner, self.resolver, self.payload_limit, name, key, deadline)
         return ScopeFlows(core, self.resolver)
 
-    def enter(self, scope: ScopeFlows) -> Flow[SagaFailed | None]:
+    def enter(self, scope: ScopeFlows) -> Flow[None]:
         """Entering a context-manager saga's block. If a crash left the saga its key
-        names compensating, that unwinding is finished first and the answer is what to
-        raise; else None."""
+        names compensating, that unwinding is finished and ``SagaFailed`` raised."""
         unwinding = yield from scope.enter()
         if unwinding is None:
-            return None
-        try:
-            done = yield from self.unwind(unwinding, None)
-        except SagaFailed as failure:
-            return failure
-        return SagaFailed(done.id, done.status, failed_step(unwinding))
+            return
+        done = yield from self.unwind(unwinding, None)  # raises SagaFailed if it failed
+        raise SagaFailed(done.id, done.status, failed_step(unwinding))
 
     def check_compensations(self, record: SagaRecord, saga: Saga | None) -> None:
         """Refuse (``UnsafeReferenceError``) before anything changes if a compensation

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Literal, Protocol
 
-from saga._internal.definition import Saga
+from saga._internal.definition import Saga, Step
 from saga._internal.failure import failing_step
 from saga._internal.policy import RetryPolicy
 from saga._internal.ports import SagaRecord, StepRecord, undone
@@ -84,14 +84,25 @@ def ready(
     if len(done) == len(saga.steps):
         return Complete()
     deps = saga.dependencies()
+    candidates = (
+        step
+        for step in saga.order()
+        if step.name not in done
+        and step.name not in running
+        and all(d in done for d in deps[step.name])
+    )
+    return attempts(candidates, record, limit)
+
+
+def attempts(
+    ready: Iterable[Step], record: SagaRecord, limit: int | None
+) -> list[RunStep] | GiveUp:
+    """The next attempts of up to ``limit`` of the ``ready`` steps (taken in their order,
+    lazily); ``GiveUp`` for the first of them that used all its attempts."""
     found: list[RunStep] = []
-    for step in saga.order():
+    for step in ready:
         if limit is not None and len(found) >= limit:
             break  # limit 0 (no room left) starts nothing
-        if step.name in done or step.name in running:
-            continue
-        if not all(d in done for d in deps[step.name]):
-            continue
         run = next_attempt(step.name, step.retry, record.step(step.name))
         if isinstance(run, GiveUp):
             return run

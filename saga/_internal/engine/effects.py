@@ -57,8 +57,8 @@ effect             the driver's answer
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any, Generic, Protocol, TypeVar
 
 from saga._internal.codec import Encoded, encode_result
 from saga._internal.context import StepContext
@@ -306,6 +306,11 @@ class Waited:
     finished: list[Finished]
     stop_requested: bool = False
 
+    @classmethod
+    def of(cls, finished: Iterable[Finished], stop_requested: bool = False) -> Waited:
+        """``finished`` put in the order the branches ended."""
+        return cls(sorted(finished, key=lambda one: one.ended), stop_requested)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CancelInFlight:
@@ -343,6 +348,37 @@ Flow = Generator[Effect, Any, T]
 WAIT = Wait()
 DRAINING = Draining()
 WHO_ASKS = WhoAsks()
+
+
+class Driving(Generic[T]):
+    """A flow as a driver carries it out, in both drivers: iterating gives its effects
+    one by one; the driver answers each with :meth:`answer`, or with :meth:`fail` if
+    carrying it out raised (thrown into the flow at its ``yield``, which decides what
+    it means); ``result`` is what the flow returned, once the iteration ended. What the
+    flow raises comes out of the iteration."""
+
+    def __init__(self, flow: Flow[T]) -> None:
+        self._flow = flow
+        self._reply: Any = None
+        self._error: Exception | None = None
+        self.result: T
+
+    def __iter__(self) -> Iterator[Effect]:
+        flow = self._flow
+        while True:
+            reply, error, self._reply, self._error = self._reply, self._error, None, None
+            try:
+                effect = flow.send(reply) if error is None else flow.throw(error)
+            except StopIteration as done:
+                self.result = done.value
+                return
+            yield effect
+
+    def answer(self, reply: Any) -> None:
+        self._reply = reply
+
+    def fail(self, error: Exception) -> None:
+        self._error = error
 
 
 def holding(record: SagaRecord, flow: Flow[T], watch: bool = False) -> Flow[T]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from saga._internal.definition import Saga, Step
-from saga._internal.engine.decisions import Complete, GiveUp, RunStep, next_attempt
+from saga._internal.engine.decisions import Complete, GiveUp, RunStep, attempts
 from saga._internal.ports import SagaRecord
 from saga._internal.status import StepStatus
 
@@ -62,15 +62,5 @@ class Frontier:
         are the ones reported to :meth:`succeeded`)."""
         if self.complete:
             return Complete()
-        found: list[RunStep] = []
-        for position in sorted(self._ready):
-            if limit is not None and len(found) >= limit:
-                break
-            step = self._order[position]
-            if step.name in running:
-                continue
-            run = next_attempt(step.name, step.retry, record.step(step.name))
-            if isinstance(run, GiveUp):
-                return run
-            found.append(run)
-        return found
+        steps = (self._order[position] for position in sorted(self._ready))
+        return attempts((step for step in steps if step.name not in running), record, limit)

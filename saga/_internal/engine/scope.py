@@ -62,6 +62,26 @@ class StepCall:
     result_type: Any = None
 
 
+def step_call(
+    fn: Any,
+    *args: Any,
+    compensate: Any = None,
+    transactional: bool = False,
+    retry: RetryPolicy | None = None,
+    timeout: float | None = None,
+    step_name: str | None = None,
+    result_type: Any = None,
+    **kwargs: Any,
+) -> StepCall:
+    """The arguments of ``s.step`` and ``s.call`` in both scopes, written once here (see
+    :mod:`saga._internal.signature`): ``fn(*args, **kwargs)`` is the step,
+    ``compensate(result, *args, **kwargs)`` undoes it; ``transactional``, ``retry``,
+    ``timeout``, ``step_name`` and ``result_type`` as a declarative step's."""
+    return StepCall(
+        fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
+    )
+
+
 def bound(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Action:
     """``fn(*args, **kwargs)`` as a step action; an async ``fn`` stays a coroutine
     function, so the async driver awaits it on the loop (and can time it out)."""

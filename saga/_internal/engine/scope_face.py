@@ -6,23 +6,35 @@ holds (:class:`~saga._internal.engine.scope_flows.ScopeFlows`): entering, each c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from saga._internal.engine.core import Engine
-from saga._internal.engine.scope import StepCall
-from saga._internal.policy import RetryPolicy
+from saga._internal.engine.scope import StepCall, step_call
+from saga._internal.signature import taking
 from saga._internal.status import SagaStatus
 
+D = TypeVar("D")  # the driver a shell runs the flows with: threads, or asyncio tasks
 
-class ScopeFace:
+
+class ScopeHost(Protocol[D]):
+    """What a scope needs of its coordinator: the engine, and the driver of its shell."""
+
+    engine: Engine
+    driver: D
+
+
+class ScopeFace(Generic[D]):
     """What ``s`` shows in both forms (``SagaScope``, ``AsyncSagaScope``): the saga's id,
     name, key, deadline, status and results, and :meth:`call` for ``s.parallel``. The
     state behind it is ``_core``, which only the scope and its flows touch; the shells
-    run ``_flows`` (entering, each call, leaving) with their driver."""
+    run ``_flows`` (entering, each call, leaving) with their ``driver``."""
 
-    def __init__(self, engine: Engine, name: str, key: str | None, deadline: float | None) -> None:
-        self._engine = engine
-        self._flows = engine.scope(name, key, deadline)
+    def __init__(
+        self, coordinator: ScopeHost[D], name: str, key: str | None, deadline: float | None = None
+    ) -> None:
+        self._engine = coordinator.engine
+        self.driver = coordinator.driver
+        self._flows = self._engine.scope(name, key, deadline)
         self._core = self._flows.core
 
     @property
@@ -51,19 +63,7 @@ class ScopeFace:
         """Results of the steps done so far, by step name."""
         return self._core.results
 
-    def call(
-        self,
-        fn: Any,
-        *args: Any,
-        compensate: Any = None,
-        transactional: bool = False,
-        retry: RetryPolicy | None = None,
-        timeout: float | None = None,
-        step_name: str | None = None,
-        result_type: Any = None,
-        **kwargs: Any,
-    ) -> StepCall:
+    @taking(step_call)
+    def call(self, described: StepCall) -> StepCall:
         """A step for :meth:`parallel`, with the arguments ``step`` takes; runs nothing."""
-        return StepCall(
-            fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
-        )
+        return described
