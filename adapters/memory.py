@@ -2,7 +2,7 @@
 
 It behaves like the SQL store where the core can tell: commits are fenced by
 the epoch (``LeaseLostError``) and leave the lease to the heartbeat, a live
-lease is never claimed, claims add one to the epoch, deadlines and cancel
+lease is never claimed, claims add one to the epoch, deadlines, pauses and cancel
 requests make commits answer "stop", step rows are keyed by (saga, seq) with
 unique names, events are numbered in order, and listing is newest first with
 the same filters. Its clock is ``time.time()``, not a database's, and a
@@ -43,12 +43,13 @@ from saga._internal.ports import (
     StepWrite,
     guard_broken,
 )
-from saga._internal.record import current_step
-from saga._internal.status import SagaStatus, StepStatus
+from saga._internal.status import SagaStatus
+
+from .memory_listing import after_anchor, matches, without_payloads
+from .memory_listing import stuck as is_stuck
 
 T = TypeVar("T")
 SCHEMA_VERSION = "memory"  # nothing stored, nothing to migrate
-_ACTIVE = (SagaStatus.RUNNING, SagaStatus.COMPENSATING)
 
 
 @dataclasses.dataclass
@@ -190,7 +191,7 @@ class InMemorySagaStore:
                 (
                     row
                     for row in self._rows.values()
-                    if _stuck(row.saga, now) and admits(self._loaded(row.saga.id))
+                    if is_stuck(row.saga, now) and admits(self._loaded(row.saga.id))
                 ),
                 key=lambda row: row.saga.lease_expires_at or 0.0,
             )[: max(0, limit)]
@@ -213,6 +214,20 @@ class InMemorySagaStore:
             if row.saga.cancel_requested:
                 return  # already requested
             row.saga = dataclasses.replace(row.saga, cancel_requested=True)
+            self._append(saga_id, row.saga.epoch, event, self.now())
+
+    def request_pause(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
+        with self._lock:
+            row = self._rows.get(saga_id)
+            if row is None:
+                raise UnknownSagaError(f"no saga with id {saga_id}")
+            if row.saga.status is SagaStatus.PAUSED:
+                return  # paused already: as the SQL store does
+            changed = guard_broken(self._loaded(saga_id), guard)
+            if row.saga.status is not SagaStatus.RUNNING or changed is not None:
+                why = changed or f"it is {row.saga.status.value} now"
+                raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {why}")
+            row.saga = dataclasses.replace(row.saga, status=SagaStatus.PAUSED)
             self._append(saga_id, row.saga.epoch, event, self.now())
 
     def record_event(self, saga_id: str, event: Event) -> None:
@@ -258,10 +273,10 @@ class InMemorySagaStore:
                 row.saga if query.step is None else self._loaded(row.saga.id)  # with its steps
                 for row in self._rows.values()
             )
-            chosen = [s for s in sagas if _matches(s, query, now) and _after_anchor(s, anchor)]
+            chosen = [s for s in sagas if matches(s, query, now) and after_anchor(s, anchor)]
             chosen.sort(key=lambda saga: (saga.created_at or 0.0, saga.id), reverse=True)
             found = [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
-        return found if query.payloads else [_without_payloads(saga) for saga in found]
+        return found if query.payloads else [without_payloads(saga) for saga in found]
 
     def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
         with self._lock:
@@ -271,7 +286,7 @@ class InMemorySagaStore:
     def stuck_count(self) -> int:
         now = self.now()
         with self._lock:
-            return sum(1 for row in self._rows.values() if _stuck(row.saga, now))
+            return sum(1 for row in self._rows.values() if is_stuck(row.saga, now))
 
     def events(self, saga_id: str) -> builtins.list[EventRecord]:  # list: the method
         with self._lock:
@@ -372,8 +387,9 @@ def _step_changes(step: StepRecord) -> dict[str, Any]:
 
 
 def _must_stop(saga: SagaRecord, now: float) -> bool:
-    """A cancel was requested, or the deadline passed."""
-    return saga.cancel_requested or (saga.deadline is not None and saga.deadline < now)
+    """A cancel was requested, an operator paused it, or the deadline passed."""
+    paused = saga.status is SagaStatus.PAUSED
+    return saga.cancel_requested or paused or (saga.deadline is not None and saga.deadline < now)
 
 
 def _free(saga: SagaRecord, now: float) -> bool:
@@ -386,56 +402,3 @@ def _free(saga: SagaRecord, now: float) -> bool:
 def _lease_remaining(saga: SagaRecord, now: float) -> float | None:
     """Seconds left on the saga's lease (``None`` for a lease without an end)."""
     return None if saga.lease_expires_at is None else saga.lease_expires_at - now
-
-
-def _stuck(saga: SagaRecord, now: float) -> bool:
-    expired = saga.lease_expires_at is not None and saga.lease_expires_at < now
-    return saga.status in _ACTIVE and expired
-
-
-def _without_payloads(saga: SagaRecord) -> SagaRecord:
-    """``saga`` as a listing without payloads reads it (``ListQuery.payloads``)."""
-    steps = tuple(
-        dataclasses.replace(s, args=None, result=None, error=_listed_error(s)) for s in saga.steps
-    )
-    return dataclasses.replace(saga, input=None, trace_context=None, steps=steps)
-
-
-def _listed_error(step: StepRecord) -> str | None:
-    """A compensating step's error stays in a listing: it can be the saga's headline."""
-    return step.error if step.status is StepStatus.COMPENSATING else None
-
-
-def _matches(saga: SagaRecord, query: ListQuery, now: float) -> bool:
-    if query.status and saga.status not in query.status:
-        return False
-    if query.name is not None and saga.name != query.name:
-        return False
-    if query.key is not None and saga.key != query.key:
-        return False
-    if query.id_prefix is not None and not saga.id.startswith(query.id_prefix):
-        return False
-    key = saga.key  # a saga without a key matches no prefix, as NULL LIKE is not true
-    if query.key_prefix is not None and (key is None or not key.startswith(query.key_prefix)):
-        return False
-    if query.step is not None and _current_name(saga) != query.step:
-        return False
-    if query.stuck and not _stuck(saga, now):
-        return False
-    created = saga.created_at or 0.0
-    return query.older_than is None or created < now - query.older_than
-
-
-def _current_name(saga: SagaRecord) -> str | None:
-    step = current_step(saga)
-    return None if step is None else step.name
-
-
-def _after_anchor(saga: SagaRecord, anchor: tuple[float | None, str] | None) -> bool:
-    """Keyset paging: strictly older than the anchor saga (an unknown anchor matches none)."""
-    if anchor is None:
-        return True
-    created_at, anchor_id = anchor
-    if created_at is None or saga.created_at is None:
-        return False
-    return saga.created_at < created_at or (saga.created_at == created_at and saga.id < anchor_id)

@@ -39,7 +39,8 @@ from .dialect import Dialect
 from .liveness import owner_gone, suspect
 from .writes import append, stop
 
-CLAIMABLE = (*reads.ACTIVE, SagaStatus.FAILED.value)  # failed: an operator may act on it
+# failed and paused: an operator may act on it (a recoverer's claim takes ACTIVE only)
+CLAIMABLE = (*reads.ACTIVE, SagaStatus.FAILED.value, SagaStatus.PAUSED.value)
 _RENEW_CHUNK = 500  # leases renewed per statement (bounds the bound parameters)
 
 
@@ -300,6 +301,33 @@ def request_cancel(
         raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
     # else it finished meanwhile, or the request is already recorded (maybe by
     # our own earlier try, whose acknowledgement was lost): nothing to write
+
+
+def request_pause(
+    connection: Connection, dialect: Dialect, saga_id: str, event: Event, guard: ClaimGuard | None
+) -> None:
+    """Pause a running saga (see ``SagaStore.request_pause``): its status turns ``paused``
+    in one statement with ``guard``'s check, so a saga that moved meanwhile is left as
+    it is; its owner, if alive, sees it in its next commit's answer and hands it back."""
+    i = t.instances.c
+    if guard is not None:
+        lock_row(connection, saga_id)
+    row = connection.execute(
+        update(t.instances)
+        .where(i.id == saga_id, i.status == SagaStatus.RUNNING.value, *guarded(saga_id, guard))
+        .values(status=SagaStatus.PAUSED.value)
+        .returning(i.epoch)
+    ).first()
+    if row is not None:
+        append(connection, dialect, saga_id, row.epoch, event)
+        return
+    current = reads.load(connection, saga_id)
+    if current is None:
+        raise UnknownSagaError(f"no saga with id {saga_id}")
+    if current.status is SagaStatus.PAUSED:
+        return  # paused already (maybe by our own earlier try, whose acknowledgement was lost)
+    changed = guard_broken(current, guard) or f"it is {current.status.value} now"
+    raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
 
 
 def record_event(connection: Connection, dialect: Dialect, saga_id: str, event: Event) -> None:

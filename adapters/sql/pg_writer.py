@@ -155,7 +155,8 @@ _FENCE = (
     "owner = CASE WHEN %(release)s::bool THEN NULL ELSE owner END, "
     "status = COALESCE(%(status)s::text, status), error = COALESCE(%(error)s::text, error) "
     "WHERE id = %(id)s AND epoch = %(epoch)s::int "
-    f"RETURNING cancel_requested OR COALESCE(deadline < {_NOW}, false) AS stop)"
+    "RETURNING cancel_requested OR status = 'paused' "
+    f"OR COALESCE(deadline < {_NOW}, false) AS stop)"
 )
 
 _CREATE = (

@@ -68,7 +68,8 @@ _FENCE = (
     "owner = CASE WHEN :release THEN NULL ELSE owner END, "
     "status = COALESCE(:status, status), error = COALESCE(:error, error) "
     "WHERE id = :id AND epoch = :epoch "
-    f"RETURNING cancel_requested OR (deadline IS NOT NULL AND deadline < {_NOW})"
+    "RETURNING cancel_requested OR status = 'paused' "
+    f"OR (deadline IS NOT NULL AND deadline < {_NOW})"
 )
 
 _STEP_INSERT = (

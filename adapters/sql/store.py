@@ -206,6 +206,9 @@ class SqlSagaStore(SqlTransactions):
     def request_cancel(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
         self.transaction(lambda c: claims.request_cancel(c, self.dialect, saga_id, event, guard))
 
+    def request_pause(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
+        self.transaction(lambda c: claims.request_pause(c, self.dialect, saga_id, event, guard))
+
     def record_event(self, saga_id: str, event: Event) -> None:
         self.transaction(lambda c: claims.record_event(c, self.dialect, saga_id, event))
 

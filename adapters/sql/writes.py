@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from saga._internal.errors import LeaseLostError, StorageError, StorageUnavailableError
 from saga._internal.ports import Commit, Event, SagaRecord, StepWrite
+from saga._internal.status import SagaStatus
 
 from . import reads
 from . import tables as t
@@ -30,10 +31,12 @@ _CONFLICT_SQLSTATES = ("40001", "40P01")  # serialization failure, deadlock dete
 
 
 def stop(dialect: Dialect) -> Label[bool]:
-    """True when the saga must stop at its next step: cancel requested or deadline passed."""
+    """True when the saga must stop at its next step: cancel requested, paused by an
+    operator (its owner hands it back), or deadline passed."""
     i = t.instances.c
     deadline_passed = and_(i.deadline.is_not(None), i.deadline < dialect.now())
-    return or_(i.cancel_requested, deadline_passed).label("stop")
+    paused = i.status == SagaStatus.PAUSED.value
+    return or_(i.cancel_requested, paused, deadline_passed).label("stop")
 
 
 def insert_saga(

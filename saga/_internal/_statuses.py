@@ -12,7 +12,11 @@ from enum import StrEnum
 
 
 class SagaStatus(StrEnum):
-    """Where a saga stands. The last four are terminal."""
+    """Where a saga stands. The last five are terminal: no process carries them on.
+
+    ``failed`` and ``paused`` wait for an operator (``paused``: held on purpose, by
+    ``coord.pause`` or a step's ``on_exhausted="pause"``; ``coord.resume`` goes on).
+    """
 
     RUNNING = "running"
     COMPENSATING = "compensating"
@@ -20,6 +24,7 @@ class SagaStatus(StrEnum):
     COMPENSATED = "compensated"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    PAUSED = "paused"
 
     @property
     def is_terminal(self) -> bool:
@@ -27,8 +32,9 @@ class SagaStatus(StrEnum):
 
     @property
     def is_finished(self) -> bool:
-        """Finished for good: ``failed`` is terminal but waits for an operator."""
-        return self.is_terminal and self is not SagaStatus.FAILED
+        """Finished for good: ``failed`` and ``paused`` are terminal but wait for an
+        operator."""
+        return self.is_terminal and self not in (SagaStatus.FAILED, SagaStatus.PAUSED)
 
 
 class StepStatus(StrEnum):

@@ -132,8 +132,13 @@ class AsyncCoordinator:
         return await self._view(await self.driver.run(self.engine.compensate(saga_id, action)))
 
     async def resume(self, saga_id: str) -> SagaView:
-        """Carry a stuck declarative saga forward now."""
+        """Carry a stuck or paused declarative saga forward now; see
+        ``Coordinator.resume``."""
         return await self._view(await self.driver.run(self.engine.resume(saga_id)))
+
+    async def pause(self, saga_id: str) -> SagaView:
+        """Hold a running saga at its next step boundary; see ``Coordinator.pause``."""
+        return await self._view(await self.driver.run(self.engine.pause(saga_id)))
 
     async def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind; see

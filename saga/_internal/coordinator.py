@@ -318,8 +318,22 @@ class Coordinator:
         return self._view(self.driver.run(self.engine.compensate(saga_id, action)))
 
     def resume(self, saga_id: str) -> SagaView:
-        """Carry a stuck declarative saga forward now."""
+        """Carry a stuck or paused declarative saga forward now. A step a paused saga runs
+        again gets its retry policy's attempts again (their numbers keep counting); if it
+        pauses again, ``SagaHandedBack`` (status ``PAUSED``) says why."""
         return self._view(self.driver.run(self.engine.resume(saga_id)))
+
+    def pause(self, saga_id: str) -> SagaView:
+        """Hold a running declarative saga at its next step boundary, nothing compensated.
+
+        It turns ``paused`` at once (refused, ``SagaChangedError``, if it moved on since it
+        was read); its owner, if alive, hands the lease back at its next step boundary
+        (the ``run`` there raises ``SagaHandedBack`` with status ``PAUSED``), and a saga
+        no live process holds is handed back here. No worker claims a paused saga;
+        ``resume`` goes on, ``compensate`` unwinds it. Its deadline still counts: resumed
+        after it, the saga stops at its first step boundary and unwinds.
+        """
+        return self._view(self.driver.run(self.engine.pause(saga_id)))
 
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind.

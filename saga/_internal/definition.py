@@ -24,6 +24,8 @@ from saga._internal.typed import result_type_of
 
 StepFn = Callable[..., Any]
 OnCrash = Literal["resume", "compensate"]
+OnExhausted = Literal["fail", "pause"]
+"""What a step does when its retries run out (``on_exhausted``)."""
 
 _catalog: dict[tuple[str, int], Saga] = {}
 _Plan = tuple[dict[str, tuple[str, ...]], list["Step"], str, dict[str, "Step"]]
@@ -76,6 +78,10 @@ class StepOptions(TypedDict, total=False):
     """``ctx.session`` is in the transaction that records the step's success."""
     result_type: Any
     """What the result is read back as; by default the return annotation's class."""
+    on_exhausted: OnExhausted | None
+    """When its retries run out: ``"fail"`` (the step fails and the saga unwinds, as
+    always) or ``"pause"`` (the saga is parked ``paused`` for an operator to resume);
+    by default the saga's ``on_exhausted``."""
 
 
 @dataclasses.dataclass(eq=False)
@@ -93,6 +99,7 @@ class Step:
     undo_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
     declared_result_type: Any = None
     declared_compensation_result_type: Any = None
+    on_exhausted: OnExhausted | None = None
 
     @property
     def result_type(self) -> Any:
@@ -147,7 +154,9 @@ class Saga:
     ``deadline`` bounds the whole saga's duration. ``version`` (a whole number from 1)
     tells versions of one saga apart: several can be registered at once, new runs take
     the newest, and an instance always continues with the version it started with
-    (see docs/upgrading.md).
+    (see docs/upgrading.md). ``on_exhausted`` is what its steps do when their retries
+    run out, unless a step says otherwise: ``"fail"`` (the default: unwind) or
+    ``"pause"`` (park the saga ``paused``; ``coord.resume`` runs the step again).
     """
 
     def __init__(
@@ -158,9 +167,11 @@ class Saga:
         on_crash: OnCrash = "resume",
         max_concurrency: int = 1,
         deadline: timedelta | None = None,
+        on_exhausted: OnExhausted = "fail",
     ) -> None:
         if on_crash not in ("resume", "compensate"):
             raise DefinitionError(f"saga {name!r}: on_crash must be 'resume' or 'compensate'")
+        _check_exhausted(name, on_exhausted)
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             raise DefinitionError(f"saga {name!r}: version must be a whole number from 1")
         self.name = name
@@ -168,6 +179,7 @@ class Saga:
         self.on_crash: OnCrash = on_crash
         self.max_concurrency = max_concurrency
         self.deadline = deadline
+        self.on_exhausted: OnExhausted = on_exhausted
         self.steps: list[Step] = []
         self.module = _defining_module()
         """The module whose code defined it (None for a script): recorded when an instance
@@ -201,6 +213,9 @@ class Saga:
             DEFAULT_RETRIABLE_RETRY if retriable else DEFAULT_STEP_RETRY
         )
         after = options.get("after")
+        on_exhausted = options.get("on_exhausted")
+        if on_exhausted is not None:
+            _check_exhausted(self.name, on_exhausted)
 
         def declare(action: StepFn) -> Step:
             step = Step(
@@ -212,6 +227,7 @@ class Saga:
                 kind=kind,
                 transactional=options.get("transactional", False),
                 declared_result_type=options.get("result_type"),
+                on_exhausted=on_exhausted,
             )
             self.steps.append(step)
             self._plan = None
@@ -322,6 +338,17 @@ class Saga:
 
     def by_name(self, step_name: str) -> Step | None:
         return self._planned()[3].get(step_name)
+
+    def pauses_when_exhausted(self, step_name: str) -> bool:
+        """Whether step ``step_name``, its retries run out, parks the saga ``paused``."""
+        step = self.by_name(step_name)
+        chosen = step.on_exhausted if step is not None else None
+        return (chosen or self.on_exhausted) == "pause"
+
+
+def _check_exhausted(name: str, on_exhausted: object) -> None:
+    if on_exhausted not in ("fail", "pause"):
+        raise DefinitionError(f"saga {name!r}: on_exhausted must be 'fail' or 'pause'")
 
 
 def _find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:

@@ -134,6 +134,13 @@ class SagaStore(Protocol):
         A saga that finished meanwhile, or whose request is recorded already, is left."""
         ...
 
+    def request_pause(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
+        """Turn a running saga ``paused``, if ``guard`` (checked in the same transaction)
+        holds, and append ``event``: ``SagaChangedError`` if it is no longer running or
+        the guard fails. A saga paused already is left. Its owner, if any, is told by
+        its next commit's or renewal's answer ("stop") and hands it back."""
+        ...
+
     def record_event(self, saga_id: str, event: Event) -> None: ...
 
     def record_fenced_event(self, saga_id: str, epoch: int, event: Event) -> bool:

@@ -26,13 +26,15 @@ __all__ = [
 
 _SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
     SagaStatus.RUNNING: frozenset(
-        {SagaStatus.COMPLETED, SagaStatus.COMPENSATING, SagaStatus.FAILED}
+        {SagaStatus.COMPLETED, SagaStatus.COMPENSATING, SagaStatus.FAILED, SagaStatus.PAUSED}
     ),
     SagaStatus.COMPENSATING: frozenset(
         {SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.FAILED}
     ),
     # An operator may retry the compensation of a failed saga.
     SagaStatus.FAILED: frozenset({SagaStatus.COMPENSATING}),
+    # Paused: an operator resumes it (running) or unwinds it (compensating).
+    SagaStatus.PAUSED: frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING}),
     SagaStatus.COMPLETED: frozenset(),
     SagaStatus.COMPENSATED: frozenset(),
     SagaStatus.CANCELLED: frozenset(),
@@ -53,9 +55,13 @@ _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
         }
     ),
     StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
-    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    # failed / in_doubt -> running: a step parked by a pause (its retries ran out) runs
+    # again when the saga is resumed.
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.RUNNING}),
     # in_doubt -> failed: an operator says the action did not happen (saga mark-step).
-    StepStatus.IN_DOUBT: frozenset({StepStatus.COMPENSATING, StepStatus.FAILED}),
+    StepStatus.IN_DOUBT: frozenset(
+        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING}
+    ),
     # compensating -> compensating is the next attempt of the compensation.
     StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),
     StepStatus.COMPENSATED: frozenset(),

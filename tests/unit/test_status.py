@@ -20,6 +20,9 @@ LEGAL_SAGA_MOVES = {
     (S.COMPENSATING, S.CANCELLED),
     (S.COMPENSATING, S.FAILED),
     (S.FAILED, S.COMPENSATING),
+    (S.RUNNING, S.PAUSED),  # an operator's pause, or a step's on_exhausted="pause"
+    (S.PAUSED, S.RUNNING),  # resumed
+    (S.PAUSED, S.COMPENSATING),  # an operator unwinds it instead
 }
 
 LEGAL_STEP_MOVES = {
@@ -33,6 +36,8 @@ LEGAL_STEP_MOVES = {
     (T.RUNNING, T.COMPENSATING),
     (T.SUCCEEDED, T.COMPENSATING),
     (T.FAILED, T.COMPENSATING),
+    (T.FAILED, T.RUNNING),  # parked by a pause, run again on resume
+    (T.IN_DOUBT, T.RUNNING),  # likewise
     (T.IN_DOUBT, T.COMPENSATING),
     (T.IN_DOUBT, T.FAILED),  # an operator says it did not happen
     (T.COMPENSATING, T.COMPENSATING),
@@ -87,6 +92,7 @@ def test_terminal_and_finished_statuses() -> None:
         S.COMPENSATED,
         S.FAILED,
         S.CANCELLED,
+        S.PAUSED,
     }
     assert {s for s in SagaStatus if s.is_finished} == {S.COMPLETED, S.COMPENSATED, S.CANCELLED}
 

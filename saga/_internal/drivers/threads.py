@@ -151,6 +151,8 @@ class ThreadDriver:
                 return store.events(saga_id)
             case fx.RequestCancel(saga_id, event, guard):
                 return store.request_cancel(saga_id, event, guard)
+            case fx.RequestPause(saga_id, event, guard):
+                return store.request_pause(saga_id, event, guard)
 
     def create(self, record: SagaRecord, first: Commit) -> tuple[SagaRecord, bool]:
         """Create the saga with its first commit (or find the one its key names); the

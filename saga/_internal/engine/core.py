@@ -4,12 +4,12 @@
 payload limit, resolver, definitions) and gives each flow as a public method:
 carrying a saga forward, unwinding it, a context-manager saga's calls
 (:meth:`Engine.scope`), and the verbs (rerun a key, recover, compensate,
-resume, cancel). One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
+resume, cancel, pause). One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
 saga, decides (``saga._internal.engine.rules``), claims it with the decision's condition
 checked inside the claim (a ``ClaimGuard``), and carries it forward or unwinds
 it while its lease is kept alive. The store calls an operator makes go out as
 plain-data effects (``Claim``, ``ClaimStuck``, ``Release``, ``NoteFenced``,
-``ReadHistory``, ``RequestCancel``); the drivers make them (the asyncio one in a
+``ReadHistory``, ``RequestCancel``, ``RequestPause``); the drivers make them (the asyncio one in a
 thread).
 """
 
@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from saga._internal.codec import encode
 from saga._internal.definition import Saga
 from saga._internal.engine import records, rules, unwind
-from saga._internal.engine.decisions import RunStep, failed_step, recovery_route
+from saga._internal.engine.decisions import (
+    RunStep,
+    failed_step,
+    recovery_route,
+    resumed_bases,
+)
 from saga._internal.engine.effects import (
     DRAINING,
     WHO_ASKS,
@@ -37,6 +42,7 @@ from saga._internal.engine.effects import (
     ReadHistory,
     Release,
     RequestCancel,
+    RequestPause,
     Tell,
     holding,
     write,
@@ -137,10 +143,14 @@ class Engine:
     # -- carrying a held saga on ------------------------------------------------------------
 
     def forward(
-        self, saga: Saga, record: SagaRecord, started: Sequence[RunStep] = ()
+        self,
+        saga: Saga,
+        record: SagaRecord,
+        started: Sequence[RunStep] = (),
+        bases: dict[str, int] | None = None,
     ) -> Flow[SagaRecord]:
         """Carry ``record`` forward while its lease is kept alive (and watched for a stop)."""
-        run = Forward(saga, record, self.payload_limit, self.resolver)
+        run = Forward(saga, record, self.payload_limit, self.resolver, bases)
         return (yield from holding(record, run.run(list(started)), watch=True))
 
     def unwind(
@@ -318,7 +328,9 @@ class Engine:
         return (yield from self.unwind(record, saga, fresh))
 
     def resume(self, saga_id: str) -> Flow[SagaRecord]:
-        """Carry a stuck declarative saga forward now."""
+        """Carry a stuck or paused declarative saga forward now. A paused one turns
+        ``running`` first, and each step it runs again gets its retry policy's attempts
+        again (their numbers keep counting)."""
         record = yield from self.load(saga_id)
         rules.refuse_resume(record)
         saga = self.definitions.saga_for(record)
@@ -326,7 +338,35 @@ class Engine:
         who = yield WHO_ASKS
         claim = self._claim(saga_id, rules.by_operator("resume", who), rules.resume_guard(record))
         record = yield from self.guarded(claim, saga_id, rules.refuse_resume)
-        return (yield from self.forward(saga, record))
+        bases = None
+        if record.status is SagaStatus.PAUSED:
+            bases = resumed_bases(record)
+            event = records.moved(record, SagaStatus.RUNNING, reason="operator resume")
+            record = yield from write(record, [], [event], SagaStatus.RUNNING)
+        return (yield from self.forward(saga, record, bases=bases))
+
+    def pause(self, saga_id: str) -> Flow[SagaRecord]:
+        """Hold a running declarative saga at its next step boundary, nothing compensated.
+
+        It turns ``paused`` at once (the guard checked inside that write). A live owner
+        hands it back at its next step boundary (its next commit or lease renewal answers
+        "stop"); a saga no live process holds is handed back here, by the operator's
+        claim. Either way the history says who paused it and when it stopped.
+        """
+        record = yield from self.load(saga_id)
+        rules.refuse_pause(record)
+        event = rules.by_operator("pause", (yield WHO_ASKS))
+        yield from self.guarded(self._request_pause(record, event), saga_id, rules.refuse_pause)
+        try:
+            record = yield from self._claim(saga_id, rules.claimed("pause"), rules.paused_guard())
+        except OperationRefusedError:  # its owner is alive and hands it back, or it moved on
+            return (yield from self.load(saga_id))
+        paused = records.moved(record, SagaStatus.PAUSED, reason="operator pause")
+        return (yield from write(record, [], [paused], SagaStatus.PAUSED))
+
+    def _request_pause(self, record: SagaRecord, event: Event) -> Flow[None]:
+        yield RequestPause(record.id, event, rules.pause_guard())
+        yield Tell(record, (event,))
 
     def cancel(self, saga_id: str) -> Flow[SagaRecord]:
         """Ask a running saga to stop at its next step boundary and unwind.

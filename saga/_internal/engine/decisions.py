@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal, Protocol
 
 from saga._internal.definition import Saga, Step
@@ -28,10 +28,13 @@ class Cursor:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunStep:
-    """Run attempt ``attempt`` of step ``name``."""
+    """Run attempt ``attempt`` of step ``name``; its retry policy counts the attempts
+    after ``base`` (0; a step a resume runs again after a pause: the attempts made before
+    it, so that it gets its policy's attempts again while their numbers keep counting)."""
 
     name: str
     attempt: int
+    base: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,12 +54,15 @@ class GiveUp:
         return f"gave up after {self.attempts} attempts that never returned"
 
 
-def next_attempt(name: str, policy: RetryPolicy, recorded: StepRecord | None) -> RunStep | GiveUp:
+def next_attempt(
+    name: str, policy: RetryPolicy, recorded: StepRecord | None, base: int = 0
+) -> RunStep | GiveUp:
     """Step ``name``'s next attempt, or ``GiveUp`` when its policy allows no more: the
-    attempts recorded count, whichever process made them (a crash mid-attempt included)."""
+    attempts recorded after ``base`` count, whichever process made them (a crash
+    mid-attempt included)."""
     attempt = 1 if recorded is None else recorded.attempt + 1
-    if policy.allows(attempt):
-        return RunStep(name, attempt)
+    if policy.allows(attempt - base):
+        return RunStep(name, attempt, base)
     assert recorded is not None
     return GiveUp(name, recorded.attempt)
 
@@ -72,7 +78,11 @@ def next_forward(saga: Saga, record: SagaRecord) -> NextStep:
 
 
 def ready(
-    saga: Saga, record: SagaRecord, running: Collection[str], limit: int | None = None
+    saga: Saga,
+    record: SagaRecord,
+    running: Collection[str],
+    limit: int | None = None,
+    bases: Mapping[str, int] | None = None,
 ) -> list[RunStep] | Complete | GiveUp:
     """Steps whose prerequisites all succeeded and that are not running yet.
 
@@ -91,19 +101,24 @@ def ready(
         and step.name not in running
         and all(d in done for d in deps[step.name])
     )
-    return attempts(candidates, record, limit)
+    return attempts(candidates, record, limit, bases)
 
 
 def attempts(
-    ready: Iterable[Step], record: SagaRecord, limit: int | None
+    ready: Iterable[Step],
+    record: SagaRecord,
+    limit: int | None,
+    bases: Mapping[str, int] | None = None,
 ) -> list[RunStep] | GiveUp:
     """The next attempts of up to ``limit`` of the ``ready`` steps (taken in their order,
-    lazily); ``GiveUp`` for the first of them that used all its attempts."""
+    lazily); ``GiveUp`` for the first of them that used all its attempts (after its
+    ``bases`` entry: see :class:`RunStep`)."""
     found: list[RunStep] = []
     for step in ready:
         if limit is not None and len(found) >= limit:
             break  # limit 0 (no room left) starts nothing
-        run = next_attempt(step.name, step.retry, record.step(step.name))
+        base = bases.get(step.name, 0) if bases else 0
+        run = next_attempt(step.name, step.retry, record.step(step.name), base)
         if isinstance(run, GiveUp):
             return run
         found.append(run)
@@ -213,6 +228,14 @@ def undo_stack(record: SagaRecord) -> list[StepRecord]:
 def _completion(step: StepRecord) -> tuple[float, int]:
     finished = math.inf if step.finished_at is None else step.finished_at
     return (finished, step.seq)
+
+
+def resumed_bases(record: SagaRecord) -> dict[str, int]:
+    """For a paused saga being resumed: the steps it will run again (their last attempt
+    failed, gave up, or never ended) with the attempts they already made, so that each
+    gets its retry policy's attempts again (:class:`RunStep`'s ``base``)."""
+    again = (StepStatus.FAILED, StepStatus.IN_DOUBT, StepStatus.RUNNING)
+    return {step.name: step.attempt for step in record.steps if step.status in again}
 
 
 def stop_reason(record: SagaRecord) -> str:

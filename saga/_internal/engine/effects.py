@@ -30,6 +30,7 @@ effect             the driver's answer
 ``ReadHistory``    the saga's events, oldest first
 ``RequestCancel``  asks the saga's owner to stop (its guard checked inside
                    the write); answers None
+``RequestPause``   turns a running saga paused, alike; answers None
 ``Call``           runs an action or compensation as the current step (with
                    a timeout, when it has one); answers its result
 ``Transact``       runs an action inside a store transaction that also
@@ -58,7 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, get_args
 
 from saga._internal.codec import Encoded, encode_result
 from saga._internal.context import StepContext
@@ -190,9 +191,21 @@ class RequestCancel:
     guard: ClaimGuard | None = None
 
 
-StoreEffect = Find | Claim | ClaimStuck | Release | NoteFenced | ReadHistory | RequestCancel
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestPause:
+    """Turn ``saga_id`` paused (``guard`` checked in the write); its owner, if alive,
+    hands it back at its next step boundary."""
+
+    saga_id: str
+    event: Event
+    guard: ClaimGuard | None = None
+
+
+StoreEffect = (
+    Find | Claim | ClaimStuck | Release | NoteFenced | ReadHistory | RequestCancel | RequestPause
+)
 """The effects a driver answers with one call of its sync store."""
-STORE_EFFECTS = (Find, Claim, ClaimStuck, Release, NoteFenced, ReadHistory, RequestCancel)
+STORE_EFFECTS: tuple[type[StoreEffect], ...] = get_args(StoreEffect)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -330,6 +343,7 @@ Effect = (
     | NoteFenced
     | ReadHistory
     | RequestCancel
+    | RequestPause
     | Call
     | Transact
     | Tell

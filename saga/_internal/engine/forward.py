@@ -42,7 +42,7 @@ from saga._internal.engine.effects import (
     write,
 )
 from saga._internal.engine.frontier import Frontier
-from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed
+from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.policy import RetryPolicy
 from saga._internal.ports import Event, SagaRecord, StepWrite
 from saga._internal.status import SagaStatus, StepKind, StepStatus
@@ -55,6 +55,7 @@ class Phase(enum.Enum):
 
     GOING = "going"  # steps start as they become ready
     CANCELLING = "cancelling"  # a stop was asked: nothing new starts, then it unwinds
+    PAUSING = "pausing"  # paused: nothing new starts, then it is handed back, not unwound
     FAILING = "failing"  # a step failed; the turn waits for a pivot in flight to end
     TURNED = "turned"  # the failure and the turn to compensating are recorded
 
@@ -65,6 +66,7 @@ class Phase(enum.Enum):
 
 class Cue(enum.Enum):
     STOP_ASKED = "a cancel request or a passed deadline, no pivot having acted"
+    PAUSED = "an operator paused the saga, or a step's retries ran out (on_exhausted)"
     FAILED = "a step failed for good"
     TURN_RECORDED = "the saga turned compensating in the failure's commit"
     PIVOT_PASSED = "the pivot in flight when the stop came succeeded: forward only"
@@ -93,6 +95,7 @@ class Carried:
 
 _NEXT = {
     (Phase.GOING, Cue.STOP_ASKED): Phase.CANCELLING,
+    (Phase.GOING, Cue.PAUSED): Phase.PAUSING,
     (Phase.GOING, Cue.FAILED): Phase.FAILING,
     (Phase.FAILING, Cue.TURN_RECORDED): Phase.TURNED,
     (Phase.CANCELLING, Cue.PIVOT_PASSED): Phase.GOING,
@@ -103,9 +106,16 @@ class Forward:
     """One forward run of a declarative saga's remaining steps."""
 
     def __init__(
-        self, saga: Saga, record: SagaRecord, payload_limit: int, resolver: CodeRefs
+        self,
+        saga: Saga,
+        record: SagaRecord,
+        payload_limit: int,
+        resolver: CodeRefs,
+        bases: dict[str, int] | None = None,
     ) -> None:
         self.saga, self.record = saga, record
+        self.bases = bases or {}  # steps a resume runs again: see decisions.RunStep
+        self.paused_why = ""
         self.payload_limit, self.resolver = payload_limit, resolver
         self.frontier = Frontier(saga, record)
         self.carried = Carried()
@@ -128,13 +138,12 @@ class Forward:
                     continue
                 raise (yield from self._stop())
             if not self._stopping:
-                decision = self.frontier.ready(
-                    self._ahead(), self.running, self.saga.max_concurrency - len(self.running)
-                )
+                room = self.saga.max_concurrency - len(self.running)
+                decision = self.frontier.ready(self._ahead(), self.running, room, self.bases)
                 if isinstance(decision, Complete):
                     return (yield from self._complete())
                 if isinstance(decision, GiveUp):
-                    yield from self._fail_first(decision.name, decision.why)
+                    yield from self._give_up(decision.name, decision.why)
                     continue
                 if decision and not self.draining:
                     self.draining = yield DRAINING  # stopping: no new step starts here
@@ -174,10 +183,8 @@ class Forward:
         writes, events = self.carried.take()
         self.record = yield from write(self.record, [*writes, *starts], [*events, *started])
         yield Fault("after_start_commit", first)
-        # A pivot that may have acted (even unconfirmed, before a crash) means forward
-        # only: a cancel request or a passed deadline no longer unwinds.
-        if self.record.stop and not may_have_acted(before):
-            self.phase = self.phase.after(Cue.STOP_ASKED)
+        if self.record.stop:
+            yield from self._asked_to_stop(before, cancel_in_flight=False)
         if self._stopping:  # started but never run: marked skipped when unwinding
             self.not_run.extend(step.name for step in steps)
             return []
@@ -199,10 +206,24 @@ class Forward:
         flow = branch(cursor, run, step.retry, step.timeout, step.fn, step.transactional, limit)
         return Branch(run.name, flow, cursor, cancellable)
 
-    def _collect_all(self, waited: Waited) -> Flow[None]:
-        if waited.stop_requested and not self._stopping and not may_have_acted(self._ahead()):
+    def _asked_to_stop(self, before: SagaRecord, cancel_in_flight: bool) -> Flow[None]:
+        """The store answered "stop". Paused by an operator: nothing new starts, the steps
+        in flight end, and the saga is handed back, past a pivot too. A cancel request or
+        a passed deadline unwinds, unless a pivot may have acted (even unconfirmed, before
+        a crash): then it goes forward only. Read once per answer, in the rare case."""
+        if self._stopping:
+            return
+        stored: SagaRecord | None = yield Load(self.record.id)
+        if stored is not None and stored.status is SagaStatus.PAUSED:
+            self.phase, self.paused_why = self.phase.after(Cue.PAUSED), "operator pause"
+        elif not may_have_acted(before):
             self.phase = self.phase.after(Cue.STOP_ASKED)  # the steps in flight end first
-            yield CancelInFlight(STOPPED)
+            if cancel_in_flight:
+                yield CancelInFlight(STOPPED)
+
+    def _collect_all(self, waited: Waited) -> Flow[None]:
+        if waited.stop_requested:
+            yield from self._asked_to_stop(self._ahead(), cancel_in_flight=True)
         # Each branch wrote only its own step: their states enter the record at once.
         self.record = records.ahead(self.record, [StepWrite(f.step) for f in waited.finished])
         for finished in waited.finished:
@@ -224,11 +245,26 @@ class Forward:
             write_, event = records.succeeded(self.record, name, finished.encoded)
             self.frontier.succeeded(name)
         elif not self._stopping:
-            yield from self._fail_first(name, finished.error)
+            yield from self._give_up(name, finished.error)
             return
         else:
             write_, event = records.failed(self._ahead(), name, _text(finished.error))
         self.carried.add(write_, event)
+
+    def _give_up(self, name: str, error: BaseException | str) -> Flow[None]:
+        """Step ``name`` failed for good. If its retries ran out (an error its policy
+        retries, or attempts that never returned) and it says ``on_exhausted="pause"``,
+        it is recorded failed and the saga is parked ``paused`` once the steps in flight
+        ended; otherwise the saga fails as ever (:meth:`_fail_first`)."""
+        step = self.saga.by_name(name)
+        retried = isinstance(error, str) or (step is not None and step.retry.retries(error))
+        if not (retried and self.saga.pauses_when_exhausted(name)):
+            yield from self._fail_first(name, error)
+            return
+        text = _text(error)
+        self.carried.add(*records.failed(self._ahead(), name, text, isinstance(error, str)))
+        self.phase = self.phase.after(Cue.PAUSED)
+        self.paused_why = f"step {name!r} used up its retries: {text}"
 
     def _fail_first(self, name: str, error: BaseException | str) -> Flow[None]:
         """Record the first failure and turn ``compensating`` in one commit; cancel what
@@ -260,8 +296,27 @@ class Forward:
         yield Fault("after_final_commit")
         return record
 
-    def _stop(self) -> Flow[SagaFailed]:
-        """Everything in flight ended: record it, then unwind; return what to raise."""
+    def _park(self) -> Flow[SagaHandedBack]:
+        """Everything in flight ended: record it with the saga ``paused`` and its lease
+        given up (nothing compensated); return what to raise."""
+        writes, events = self.carried.take()
+        # Started in the commit that learnt of the pause, never run: the attempt stays
+        # counted (resume gives the step its attempts again), and the history says why.
+        reason = {"reason": "paused before it ran"}
+        events += [Event("attempt_not_run", n, self._attempt(n), reason) for n in self.not_run]
+        paused = records.moved(self.record, SagaStatus.PAUSED, reason=self.paused_why)
+        self.record = yield from write(self.record, writes, [*events, paused], SagaStatus.PAUSED)
+        return SagaHandedBack(self.record.id, SagaStatus.PAUSED, f"paused: {self.paused_why}")
+
+    def _attempt(self, name: str) -> int | None:
+        step = self.record.step(name)
+        return None if step is None else step.attempt
+
+    def _stop(self) -> Flow[SagaFailed | SagaHandedBack]:
+        """Everything in flight ended: record it, then unwind (or park the saga, paused);
+        return what to raise."""
+        if self.phase is Phase.PAUSING:
+            return (yield from self._park())
         yield from self._flush()
         if self.saga.max_concurrency > 1:
             # Reloaded for the completion times the database recorded: parallel steps
@@ -304,6 +359,7 @@ def branch(
             data,
             transactional,
             payload_limit,
+            run.base,
         )
         encoded = None
         if not transactional:

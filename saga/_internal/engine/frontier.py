@@ -10,7 +10,7 @@ cost per step that succeeds and per ready step.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from saga._internal.definition import Saga, Step
 from saga._internal.engine.decisions import Complete, GiveUp, RunStep, attempts
@@ -56,11 +56,16 @@ class Frontier:
                 self._ready.add(self._position[dependent])
 
     def ready(
-        self, record: SagaRecord, running: Collection[str], limit: int | None = None
+        self,
+        record: SagaRecord,
+        running: Collection[str],
+        limit: int | None = None,
+        bases: Mapping[str, int] | None = None,
     ) -> list[RunStep] | Complete | GiveUp:
         """What :func:`~.decisions.ready` would answer for ``record`` (whose succeeded steps
         are the ones reported to :meth:`succeeded`)."""
         if self.complete:
             return Complete()
         steps = (self._order[position] for position in sorted(self._ready))
-        return attempts((step for step in steps if step.name not in running), record, limit)
+        ready = (step for step in steps if step.name not in running)
+        return attempts(ready, record, limit, bases)

@@ -102,11 +102,16 @@ def failed(
 ) -> tuple[StepWrite, Event]:
     """Step ``name`` failed for good. ``outcome_unknown``: it was given up because no
     attempt ever returned (each crashed its process), so it may have acted; it is then
-    recorded ``in_doubt``, except a transactional step, whose transaction rolled back."""
+    recorded ``in_doubt``, except a transactional step, whose transaction rolled back.
+    A step that ended so already (parked by a pause, found over its budget after a
+    crash) keeps its status."""
     step = _recorded(record, name)
     in_doubt = outcome_unknown and not step.transactional
     status = StepStatus.IN_DOUBT if in_doubt else StepStatus.FAILED
-    check_step_move(name, step.status, status)
+    if step.status in (StepStatus.FAILED, StepStatus.IN_DOUBT):
+        status = step.status
+    else:
+        check_step_move(name, step.status, status)
     new = dataclasses.replace(step, status=status, error=error)
     kind = "step_in_doubt" if in_doubt else "step_failed"
     return StepWrite(new, stamp="finished"), Event(kind, name, step.attempt, {"error": error})

@@ -14,7 +14,12 @@ from datetime import timedelta
 from saga._internal.codec import MAX_KEY_BYTES, check_name
 from saga._internal.definition import Saga
 from saga._internal.engine import decisions, records
-from saga._internal.errors import ConfigurationError, InputMismatchError, OperationRefusedError
+from saga._internal.errors import (
+    ConfigurationError,
+    InputMismatchError,
+    OperationRefusedError,
+    SagaHandedBack,
+)
 from saga._internal.failure import recorded_failure
 from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord
 from saga._internal.status import SagaStatus
@@ -82,6 +87,9 @@ def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
         )
     if existing.status is SagaStatus.COMPLETED:
         return True
+    if existing.status is SagaStatus.PAUSED:  # held for an operator: nothing runs
+        why = f"it is paused; an operator resumes it (saga resume {existing.id})"
+        raise SagaHandedBack(existing.id, SagaStatus.PAUSED, why)
     if existing.status.is_terminal:
         raise recorded_failure(existing)  # as the first run raised it, rebuilt from the record
     return False
@@ -129,9 +137,23 @@ def refuse_resume(record: SagaRecord) -> None:
             f"saga {record.id} is a context-manager saga: only its own code can continue it "
             "(re-enter the same coord.saga(name, key=...)); an operator can compensate it",
         )
+    if record.status not in (SagaStatus.RUNNING, SagaStatus.PAUSED):
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is {record.status.value}; only a running or paused saga resumes",
+        )
+
+
+def refuse_pause(record: SagaRecord) -> None:
+    if record.kind != "declarative":
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is a context-manager saga: only its own code can continue it, "
+            "so it cannot be paused; an operator can cancel or compensate it",
+        )
     if record.status is not SagaStatus.RUNNING:
         raise OperationRefusedError(
-            record.id, f"saga {record.id} is {record.status.value}; only a running saga resumes"
+            record.id, f"saga {record.id} is {record.status.value}; only a running saga pauses"
         )
 
 
@@ -164,14 +186,28 @@ def compensate_guard(record: SagaRecord) -> ClaimGuard:
 
 
 def resume_guard(record: SagaRecord) -> ClaimGuard:
-    return ClaimGuard(frozenset({SagaStatus.RUNNING}), record.epoch)
+    """Resuming needs the saga as it was read: running (stuck) or paused, unclaimed since."""
+    return ClaimGuard(frozenset({record.status}), record.epoch)
+
+
+def pause_guard() -> ClaimGuard:
+    """A pause holds a running saga wherever it stands (a pivot does not matter: nothing
+    is undone). Whoever claimed it since the operator's read honours it just the same."""
+    return ClaimGuard(frozenset({SagaStatus.RUNNING}))
+
+
+def paused_guard() -> ClaimGuard:
+    """The operator's claim of a saga it just paused, to hand it back itself when no
+    live process holds it: still paused (nobody resumed or unwound it meanwhile)."""
+    return ClaimGuard(frozenset({SagaStatus.PAUSED}))
 
 
 def refuse_recover(record: SagaRecord) -> None:
     if record.status.is_terminal:
-        hint = (
-            ": see retry-compensation and mark-compensated" if not record.status.is_finished else ""
-        )
+        hint = {
+            SagaStatus.FAILED: ": see retry-compensation and mark-compensated",
+            SagaStatus.PAUSED: ": resume or compensate it",
+        }.get(record.status, "")
         raise OperationRefusedError(
             record.id,
             f"saga {record.id} is {record.status.value}; recovery takes running or "
