@@ -20,7 +20,7 @@ The modules behind this one::
     facts        a saga's step in flight, pivot and lease; times as operators read them
     results      the read commands' records and their JSON
     reads        list, show, history, diff
-    actions      compensate, resume, cancel, retry-compensation, mark-compensated
+    actions      compensate, resume, pause, cancel, retry-compensation, mark-compensated
     bulk         a verb on many sagas: a selection by filters, acted on in batches
     recovery     recover: plan, then carry out
     waiting      a compensation waiting for its next attempt, as callers are told it
@@ -35,6 +35,7 @@ from saga.admin.actions import (
     compensate,
     mark_compensated,
     mark_step,
+    pause,
     resume,
     retry_compensation,
 )
@@ -174,6 +175,7 @@ __all__ = [
     "parse_saga_id",
     "parse_statuses",
     "past_pivot",
+    "pause",
     "purge",
     "recover",
     "resume",

@@ -1,4 +1,4 @@
-"""Operator actions on one saga: compensate, resume, cancel, retry-compensation
+"""Operator actions on one saga: compensate, resume, pause, cancel, retry-compensation
 and mark-compensated. Each is recorded as an event and returns where the saga
 now stands.
 """
@@ -26,8 +26,15 @@ def compensate(coord: Coordinator, saga_id: SagaRef) -> SagaView:
 
 
 def resume(coord: Coordinator, saga_id: SagaRef) -> SagaView:
-    """Carry a running declarative saga forward now (its definition must be known: --app)."""
+    """Carry a stuck or paused declarative saga forward now (its definition must be
+    known: --app)."""
     return coord.resume(saga_id_of(coord, saga_id))
+
+
+def pause(coord: Coordinator, saga_id: SagaRef) -> SagaView:
+    """Hold a running declarative saga at its next step boundary, nothing compensated
+    (a live owner hands it back there; an idle one is handed back at once)."""
+    return coord.pause(saga_id_of(coord, saga_id))
 
 
 def cancel(coord: Coordinator, saga_id: SagaRef) -> SagaView:

@@ -3,7 +3,7 @@
 :func:`select_sagas` reads the sagas a :class:`Selection` matches through the
 listing ``saga list`` uses (:func:`~saga.admin.list_sagas`), newest first, a
 page at a time. :func:`act_on_many` applies one single-saga verb
-(:data:`VERBS`: ``compensate``, ``resume``, ``cancel``, ``retry-compensation``;
+(:data:`VERBS`: ``compensate``, ``resume``, ``pause``, ``cancel``, ``retry-compensation``;
 or any function of a coordinator and a saga id) to each, in bounded batches,
 and reports per saga. Each verb claims its saga with its condition checked in
 the claim, so a saga that moved since it was read is refused, changing
@@ -32,7 +32,7 @@ from saga._internal.errors import (
 from saga._internal.explanation import explain
 from saga._internal.status import SagaStatus
 from saga._internal.views import SagaView
-from saga.admin.actions import cancel, compensate, resume, retry_compensation
+from saga.admin.actions import cancel, compensate, pause, resume, retry_compensation
 from saga.admin.facts import current_step, json_value
 from saga.admin.inputs import SagaRef, parse_duration, parse_statuses
 from saga.admin.reads import list_sagas
@@ -44,6 +44,7 @@ Verb = Callable[[Coordinator, SagaRef], SagaView]
 VERBS: Mapping[str, Verb] = {
     "compensate": compensate,
     "resume": resume,
+    "pause": pause,
     "cancel": cancel,
     "retry-compensation": retry_compensation,
 }
@@ -54,6 +55,9 @@ CANCEL_PENDING = (
     "by a process that knows its definition unwinds it"
 )
 """Why a cancelled saga is still running: the request waits for whoever runs it."""
+
+PAUSE_PENDING = "paused: its owner hands it back at its next step boundary"
+"""Why a paused saga still has an owner: the step in flight ends first."""
 
 DEFAULT_BATCH = 100
 """Sagas read, then acted on, at a time."""
@@ -346,8 +350,14 @@ def _act_on(coord: Coordinator, view: SagaView, verb: Verb) -> tuple[BulkItem, s
     if after.status is SagaStatus.FAILED:
         reason = "a compensation failed for good; see `saga show` and `saga history`"
         return _ended(item, Outcome.FAILED, after.status, reason), None
-    pending = after.status is SagaStatus.RUNNING and after.cancel_requested
-    return _ended(item, Outcome.DONE, after.status, CANCEL_PENDING if pending else None), None
+    return _ended(item, Outcome.DONE, after.status, pending(after)), None
+
+
+def pending(after: SagaView) -> str | None:
+    """What the saga still waits for after a verb that only asks its owner (cancel, pause)."""
+    if after.status is SagaStatus.RUNNING and after.cancel_requested:
+        return CANCEL_PENDING
+    return PAUSE_PENDING if after.status is SagaStatus.PAUSED and after.owner else None
 
 
 def _ended(

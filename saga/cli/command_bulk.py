@@ -1,7 +1,7 @@
 """The operator verbs on many sagas at once: ``saga compensate --status failed --older-than 1h``.
 
-:func:`acting_command` registers ``compensate``, ``resume``, ``cancel`` and
-``retry-compensation``. Named by ``ID`` or ``--key`` they act on that one saga
+:func:`acting_command` registers ``compensate``, ``resume``, ``pause``, ``cancel``
+and ``retry-compensation``. Named by ``ID`` or ``--key`` they act on that one saga
 exactly as before (:func:`~saga.cli.options.naming_command`). Given filters
 instead (``--status``, ``--name``, ``--key-prefix``, ``--step``,
 ``--older-than``, ``--stuck``) they select sagas (:class:`saga.admin.Selection`),

@@ -118,8 +118,14 @@ def compensate_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef
 
 @acting_command("resume")
 def resume_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
-    """Carry a stuck declarative saga forward now (needs --app)."""
+    """Carry a stuck or paused declarative saga forward now (needs --app)."""
     _act(ctx, json_output, lambda coord: admin.resume(coord, ref))
+
+
+@acting_command("pause")
+def pause_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+    """Hold a running saga at its next step boundary, nothing compensated (resume goes on)."""
+    _act(ctx, json_output, lambda coord: admin.pause(coord, ref))
 
 
 @acting_command("cancel")

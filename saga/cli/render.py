@@ -34,6 +34,7 @@ STATUS_STYLES = {
     SagaStatus.COMPENSATED: "yellow",
     SagaStatus.FAILED: "bold red",
     SagaStatus.CANCELLED: "magenta",
+    SagaStatus.PAUSED: "bold blue",
 }
 STEP_STYLES = {
     StepStatus.RUNNING: "bold cyan",
@@ -434,5 +435,8 @@ def render_standing(session: Session, view: SagaView) -> None:
         " (cancel requested: its owner stops at the next step boundary, or the next recovery"
         " by a process that knows its definition unwinds it)"
     )
-    pending = view.status is SagaStatus.RUNNING and view.cancel_requested
-    session.say(f"saga {view.id}: {view.status.value}" + (extra if pending else ""))
+    if view.status is SagaStatus.PAUSED and view.owner:
+        extra = " (its owner hands it back at its next step boundary; nothing is compensated)"
+    elif not (view.status is SagaStatus.RUNNING and view.cancel_requested):
+        extra = ""
+    session.say(f"saga {view.id}: {view.status.value}{extra}")
