@@ -29,6 +29,8 @@ after_undo_commit      the step is durably compensated
 before_final_commit    the final status (completed / compensated / cancelled)
                        is about to commit
 after_final_commit     the final status is durable
+after_pause_request    an operator's pause is durable (the saga is paused); the
+                       operator has not claimed it to hand it back yet
 inside_action          ``saga.testing.Ledger`` applied an effect for a running
                        step (the action is under way and has not returned)
 inside_undo            the same inside a compensation

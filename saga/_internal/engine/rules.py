@@ -151,7 +151,12 @@ def refuse_pause(record: SagaRecord) -> None:
             f"saga {record.id} is a context-manager saga: only its own code can continue it, "
             "so it cannot be paused; an operator can cancel or compensate it",
         )
-    if record.status is not SagaStatus.RUNNING:
+    if record.status is SagaStatus.PAUSED and record.owner is None:
+        raise OperationRefusedError(record.id, f"saga {record.id} is paused already")
+    # A paused saga still held (its owner hands it back at its next step boundary, or
+    # an operator's pause died before its claim): pausing again hands it back if no
+    # live process holds it.
+    if record.status not in (SagaStatus.RUNNING, SagaStatus.PAUSED):
         raise OperationRefusedError(
             record.id, f"saga {record.id} is {record.status.value}; only a running saga pauses"
         )
