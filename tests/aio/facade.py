@@ -18,7 +18,15 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from saga import AsyncCoordinator, AsyncSagaScope, RecoveryReport, Saga, SagaStatus, SagaView
+from saga import (
+    AsyncCoordinator,
+    AsyncSagaScope,
+    RecoveryOutcome,
+    RecoveryReport,
+    Saga,
+    SagaStatus,
+    SagaView,
+)
 from saga._internal.engine.scope import StepCall
 from saga._internal.listening import Listener, Listeners
 from saga._internal.ports import EventRecord, SagaStore
@@ -172,3 +180,9 @@ class AsyncFacade:
 
     def cancel(self, saga_id: str) -> SagaView:
         return self._loop.run(self.aio.cancel(saga_id))
+
+    def pause(self, saga_id: str) -> SagaView:
+        return self._loop.run(self.aio.pause(saga_id))
+
+    def recover_saga(self, saga_id: str, *, compensate: bool = False) -> RecoveryOutcome:
+        return self._loop.run(self.aio.recover_saga(saga_id, compensate=compensate))
