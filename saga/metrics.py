@@ -1,7 +1,7 @@
 """Prometheus metrics of sagas (the ``saga[metrics]`` extra): ``MetricsListener``.
 
 Counters and histograms are fed by the lifecycle events this process tells;
-the gauges (sagas in flight, stuck, failed) come from two cheap queries of the
+the gauges (sagas in flight, stuck, failed, paused) come from two cheap queries of the
 store, made at most every ``every`` seconds whatever the scrape rate. Labels
 are the saga's name, the step's name and an outcome: never an id or a key, so
 that the number of series stays bounded by the application's definitions.
@@ -42,7 +42,7 @@ _ATTEMPTS = {
 }
 _UNDONE = {"compensation_done": "done", "compensation_failed": "failed"}
 _CLAIMED_FOR = frozenset(
-    ["rerun", "re-entered", "cancel", "operator recover", "mark-step", "recovery"]
+    ["rerun", "re-entered", "cancel", "pause", "operator recover", "mark-step", "recovery"]
 )
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 
@@ -219,6 +219,9 @@ class _Standing(Collector):
         failed = counts.get(SagaStatus.FAILED, 0)
         why = "Failed sagas: a compensation gave up, an operator must act."
         yield _gauge(f"{name}failed", why, failed)
+        paused = counts.get(SagaStatus.PAUSED, 0)
+        why = "Paused sagas: held for an operator to resume or compensate (nobody runs them)."
+        yield _gauge(f"{name}paused", why, paused)
         if self.listeners is not None:
             errors = CounterMetricFamily(f"{name}listener_errors", "Times a listener raised.")
             errors.add_metric([], self.listeners.errors)

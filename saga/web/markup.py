@@ -119,6 +119,7 @@ tr.failed td{background:#fde2e1}
 .badge.failed,.badge.stuck{background:#c01c28;color:#fff}.badge.compensated{background:#e5a50a}
 .badge.completed{background:#2ec27e;color:#fff}.badge.running,.badge.compensating{background:#62a0ea}
 .badge.cancelled{background:#9a9996;color:#fff}.badge.in_doubt{background:#c01c28;color:#fff}
+.badge.paused{background:#813d9c;color:#fff}
 form.filters{display:flex;gap:8px;flex-wrap:wrap;align-items:end;margin:8px 0}
 form.filters label{display:flex;flex-direction:column;font-size:12px}
 .counts a{margin-right:12px}.error{background:#fde2e1;border:1px solid #c01c28;padding:8px}

@@ -248,6 +248,20 @@ def test_a_recoverer_never_claims_a_paused_saga(make_coord: MakeCoordinator) -> 
     assert worker.resume(saga_id).status is SagaStatus.COMPLETED
 
 
+def test_the_paused_gauge_counts_paused_sagas(make_coord: MakeCoordinator) -> None:
+    from saga.metrics import MetricsListener  # the saga[metrics] extra
+
+    coord = make_coord(lease_ttl=5.0)
+    metrics = MetricsListener()
+    metrics.watch(coord, every=0)  # no cache: each scrape reads the store
+    assert metrics.registry.get_sample_value("saga_paused") == 0
+    OUTAGE["charge"] = True
+    with pytest.raises(SagaHandedBack):
+        coord.run(_outage_saga("pause-gauge"))
+    assert metrics.registry.get_sample_value("saga_paused") == 1
+    assert metrics.registry.get_sample_value("saga_in_flight") == 0
+
+
 def test_on_exhausted_pause_parks_instead_of_compensating_then_resume_completes(
     coord: Coordinator,
 ) -> None:
