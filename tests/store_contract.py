@@ -510,6 +510,35 @@ class StoreContract:
         assert not loaded(store, saga.id).cancel_requested
         assert "operator_action" not in kinds(store, saga.id)
 
+    def test_a_pause_turns_a_running_saga_paused_and_its_commits_say_stop(
+        self, store: SagaStore
+    ) -> None:
+        saga = create(store)
+        store.request_pause(saga.id, Event("operator_action", detail={"action": "pause"}))
+        assert loaded(store, saga.id).status is SagaStatus.PAUSED
+        assert store.commit(Commit(saga.id, 1)) is True  # the owner hands it back
+        assert store.renew_many({saga.id: 1}, TTL).stop == {saga.id}
+        store.request_pause(saga.id, Event("operator_action"))  # paused already: left
+        assert kinds(store, saga.id).count("operator_action") == 1
+        assert store.claim_expired("b", TTL, 10) == []  # never a recoverer's, even expired
+        store.commit(Commit(saga.id, 1, release=True))
+        assert store.claim_expired("b", TTL, 10) == []
+        claimed = store.claim(
+            saga.id, "op", TTL, Event("lease_claimed"), ClaimGuard(frozenset({SagaStatus.PAUSED}))
+        )
+        assert (claimed.status, claimed.epoch) == (SagaStatus.PAUSED, 2)
+        with pytest.raises(UnknownSagaError):
+            store.request_pause("nope", Event("operator_action"))
+
+    def test_a_pause_checks_that_the_saga_still_runs(self, store: SagaStore) -> None:
+        saga = create(store)
+        store.commit(Commit(saga.id, 1, status=SagaStatus.COMPLETED, release=True))
+        running = ClaimGuard(frozenset({SagaStatus.RUNNING}))
+        with pytest.raises(SagaChangedError, match="completed"):
+            store.request_pause(saga.id, Event("operator_action"), running)
+        assert loaded(store, saga.id).status is SagaStatus.COMPLETED
+        assert "operator_action" not in kinds(store, saga.id)
+
     def test_events_are_numbered_in_order_and_detail_is_copied(self, store: SagaStore) -> None:
         saga = create(store)
         detail = {"by": "alice"}

@@ -72,7 +72,7 @@ def recoverer(url: str, lease_ttl: float = 10.0) -> Coordinator:
 
 STORE_CALLS = (
     "create", "commit", "renew_many", "claim", "claim_expired", "transact",
-    "request_cancel", "record_event", "record_fenced_event",
+    "request_cancel", "request_pause", "record_event", "record_fenced_event",
     "load", "find", "list", "events", "now",
 )  # fmt: skip
 """The store's calls that open a transaction on the database."""

@@ -99,6 +99,10 @@ class LostAckStore(SqlSagaStore):
         parent = super()
         self._write("request_cancel", lambda: parent.request_cancel(saga_id, event, guard))
 
+    def request_pause(self, saga_id: str, event: Event, guard: ClaimGuard | None = None) -> None:
+        parent = super()
+        self._write("request_pause", lambda: parent.request_pause(saga_id, event, guard))
+
     def record_event(self, saga_id: str, event: Event) -> None:
         parent = super()
         self._write("record_event", lambda: parent.record_event(saga_id, event))
