@@ -221,7 +221,13 @@ class SagaHandedBack(SagaError):
     worker (``saga worker``, ``coord.recover()``) retries it once the wait is over.
     Such a one is ``waiting`` and says which compensation: ``step``, the ``attempt``
     that failed out of ``max_attempts`` (None: no limit), its ``error`` (type: message)
-    and the ``delay`` (s) until the next attempt is due."""
+    and the ``delay`` (s) until the next attempt is due.
+
+    Also raised with status ``PAUSED`` (``why`` says who or what paused it) when the
+    saga was paused at a step boundary (``coord.pause``, or a step's
+    ``on_exhausted="pause"`` after its retries ran out), or a rerun of its key found it
+    paused: nothing was compensated, and no worker takes it; an operator resumes it
+    (``coord.resume``, ``saga resume ID``) or compensates it."""
 
     def __init__(
         self,
@@ -251,6 +257,12 @@ class SagaHandedBack(SagaError):
             )
             return
         reason = why or "this process is stopping"
+        if status is SagaStatus.PAUSED:
+            super().__init__(
+                f"saga {saga_id} is paused ({reason}); nothing was compensated: an operator "
+                f"resumes it (saga resume {saga_id}) or compensates it"
+            )
+            return
         super().__init__(
             f"saga {saga_id} handed back while {status.value}: {reason}, "
             "and another process (a worker, a retry of the same key) finishes it"

@@ -306,7 +306,7 @@ class Forward:
         events += [Event("attempt_not_run", n, self._attempt(n), reason) for n in self.not_run]
         paused = records.moved(self.record, SagaStatus.PAUSED, reason=self.paused_why)
         self.record = yield from write(self.record, writes, [*events, paused], SagaStatus.PAUSED)
-        return SagaHandedBack(self.record.id, SagaStatus.PAUSED, f"paused: {self.paused_why}")
+        return SagaHandedBack(self.record.id, SagaStatus.PAUSED, self.paused_why)
 
     def _attempt(self, name: str) -> int | None:
         step = self.record.step(name)

@@ -88,8 +88,7 @@ def rerun(saga: Saga, existing: SagaRecord, input_text: str | None) -> bool:
     if existing.status is SagaStatus.COMPLETED:
         return True
     if existing.status is SagaStatus.PAUSED:  # held for an operator: nothing runs
-        why = f"it is paused; an operator resumes it (saga resume {existing.id})"
-        raise SagaHandedBack(existing.id, SagaStatus.PAUSED, why)
+        raise SagaHandedBack(existing.id, SagaStatus.PAUSED, "found paused by a rerun")
     if existing.status.is_terminal:
         raise recorded_failure(existing)  # as the first run raised it, rebuilt from the record
     return False
