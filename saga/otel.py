@@ -72,8 +72,9 @@ class TracingListener:
 
     def __call__(self, event: SagaEvent) -> None:
         kind = event.kind
-        if kind == "operator_action" and (event.detail or {}).get("action") == "cancel":
-            self._note(event, "cancel requested")  # a request: the owner honours it
+        action = (event.detail or {}).get("action") if kind == "operator_action" else None
+        if action in ("cancel", "pause"):
+            self._note(event, f"{action} requested")  # a request: the owner honours it
         elif kind in _CLAIMS:
             self._claimed(event)
         elif kind in ATTEMPT_STARTS:
@@ -83,7 +84,7 @@ class TracingListener:
         elif kind == "retry_scheduled":
             part = "undo" if (event.detail or {}).get("compensating") else "step"
             self._attempt_ended(event, part, retry=True)
-        elif kind in SAGA_ENDS or kind == "lease_lost":
+        elif kind in SAGA_ENDS or kind in ("lease_lost", "saga_paused"):  # this run ends
             self._saga_ended(event)
         elif kind == "saga_compensating":
             self._note(event, "saga compensating")

@@ -24,6 +24,9 @@ _LEVELS: Mapping[str, int] = {
     "saga_failed": logging.ERROR,
     "saga_cancelled": logging.INFO,
     "saga_compensating": logging.INFO,
+    "saga_running": logging.INFO,  # a paused saga resumed
+    # Paused: held for a person (an operator's pause, or a step's retries ran out).
+    "saga_paused": logging.WARNING,
     "lease_claimed": logging.INFO,
     "lease_released": logging.INFO,
     "operator_action": logging.INFO,

@@ -355,13 +355,15 @@ class Engine:
         """
         record = yield from self.load(saga_id)
         rules.refuse_pause(record)
-        event = rules.by_operator("pause", (yield WHO_ASKS))
+        who = yield WHO_ASKS
+        event = rules.by_operator("pause", who)
         if record.status is SagaStatus.RUNNING:  # else paused, not handed back yet: go on
             request = self._request_pause(record, event)
             yield from self.guarded(request, saga_id, rules.refuse_pause)
         yield Fault("after_pause_request")
         try:
-            record = yield from self._claim(saga_id, rules.claimed("pause"), rules.paused_guard())
+            claimed = Event("lease_claimed", detail={"why": "pause", **who})
+            record = yield from self._claim(saga_id, claimed, rules.paused_guard())
         except OperationRefusedError:  # its owner is alive and hands it back, or it moved on
             return (yield from self.load(saga_id))
         paused = records.moved(record, SagaStatus.PAUSED, reason="operator pause")
