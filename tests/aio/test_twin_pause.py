@@ -21,6 +21,7 @@ from tests.integration.test_pause import (
     test_pause_of_an_idle_saga_hands_it_back_by_the_operators_claim,
     test_pause_refuses_what_cannot_pause,
     test_pause_stops_a_running_saga_at_its_next_step_boundary,
+    test_the_fresh_attempts_of_a_resume_outlive_the_resuming_process,
 )
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "test_pause_of_an_idle_saga_hands_it_back_by_the_operators_claim",
     "test_pause_refuses_what_cannot_pause",
     "test_pause_stops_a_running_saga_at_its_next_step_boundary",
+    "test_the_fresh_attempts_of_a_resume_outlive_the_resuming_process",
 ]
 
 

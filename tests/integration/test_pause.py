@@ -121,6 +121,8 @@ def _outage_saga(name: str, **saga_options: Any) -> Saga:
             raise ConnectionError("payments down")
         if OUTAGE.get("refuse"):
             raise ValueError("card declined")
+        if OUTAGE.get("crash"):
+            raise Crash("its process dies")
         return "c"
 
     @charge.compensation
@@ -303,6 +305,31 @@ def test_a_resumed_step_gets_its_attempts_again_and_pauses_again(coord: Coordina
     assert coord.get(saga_id).status is SagaStatus.PAUSED
     OUTAGE.clear()
     assert coord.resume(saga_id).status is SagaStatus.COMPLETED
+
+
+def test_the_fresh_attempts_of_a_resume_outlive_the_resuming_process(
+    make_coord: MakeCoordinator,
+) -> None:
+    saga = _outage_saga("pause-resume-dies")
+    OUTAGE["charge"] = True
+    with pytest.raises(SagaHandedBack) as handed:
+        make_coord(lease_ttl=5.0).run(saga)
+    saga_id = handed.value.saga_id
+    OUTAGE.clear()
+    OUTAGE["crash"] = True  # the resumed attempt (3) kills its process
+    resumer = make_coord(lease_ttl=600)
+    with pytest.raises(Crash):
+        resumer.resume(saga_id)
+    OUTAGE.clear()
+    expire_lease(resumer, saga_id)
+    worker = make_coord(lease_ttl=5.0)
+    worker.register(saga)
+    (outcome,) = worker.recover().outcomes
+    # Attempts 3 and 4 are the resume's two: recovery runs the 4th, not gives up.
+    assert outcome.status is SagaStatus.COMPLETED
+    assert worker.get(saga_id).step("charge").attempt == 4
+    assert [entry for entry in LOG if entry[0] == "charge"][-2:] == [("charge", 3), ("charge", 4)]
+    assert_history_replays(worker, saga_id)
 
 
 def test_an_error_the_policy_does_not_retry_still_unwinds(coord: Coordinator) -> None:

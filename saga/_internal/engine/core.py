@@ -341,7 +341,8 @@ class Engine:
         bases = None
         if record.status is SagaStatus.PAUSED:
             bases = resumed_bases(record)
-            event = records.moved(record, SagaStatus.RUNNING, reason="operator resume")
+            detail = {"reason": "operator resume", "attempts_before": bases}
+            event = records.moved(record, SagaStatus.RUNNING, **detail)
             record = yield from write(record, [], [event], SagaStatus.RUNNING)
         return (yield from self.forward(saga, record, bases=bases))
 

@@ -37,6 +37,7 @@ from saga._internal.engine.effects import (
     Flow,
     Launch,
     Load,
+    ReadHistory,
     Waited,
     hand_back,
     write,
@@ -116,6 +117,7 @@ class Forward:
         self.saga, self.record = saga, record
         self.bases = bases or {}  # steps a resume runs again: see decisions.RunStep
         self.paused_why = ""
+        self.bases_read = bases is not None  # a resume gave them: the history has no more
         self.payload_limit, self.resolver = payload_limit, resolver
         self.frontier = Frontier(saga, record)
         self.carried = Carried()
@@ -143,7 +145,8 @@ class Forward:
                 if isinstance(decision, Complete):
                     return (yield from self._complete())
                 if isinstance(decision, GiveUp):
-                    yield from self._give_up(decision.name, decision.why)
+                    if not (yield from self._resumed_budget(decision.name)):
+                        yield from self._give_up(decision.name, decision.why)
                     continue
                 if decision and not self.draining:
                     self.draining = yield DRAINING  # stopping: no new step starts here
@@ -250,6 +253,19 @@ class Forward:
         else:
             write_, event = records.failed(self._ahead(), name, _text(finished.error))
         self.carried.add(write_, event)
+
+    def _resumed_budget(self, name: str) -> Flow[bool]:
+        """Whether step ``name``, out of attempts, was given its attempts again by the
+        resume of a paused saga (recorded with the resume: a recovery after the resuming
+        process died honours it too). Read from the history once, in this rare case."""
+        if self.bases_read:
+            return False
+        self.bases_read = True
+        history = yield ReadHistory(self.record.id)
+        resumed = [e for e in history if e.kind == "saga_running" and e.detail]
+        budgets = (resumed[-1].detail or {}).get("attempts_before", {}) if resumed else {}
+        self.bases.update({k: int(v) for k, v in budgets.items() if k not in self.bases})
+        return name in budgets
 
     def _give_up(self, name: str, error: BaseException | str) -> Flow[None]:
         """Step ``name`` failed for good. If its retries ran out (an error its policy
