@@ -236,6 +236,8 @@ def render_detail(session: Session, detail: admin.SagaDetail) -> None:
         facts.append(("unwinding began because", view.forward_error))
     if view.cancel_requested:
         facts.append(("cancel", "requested"))
+    if view.status is SagaStatus.PAUSED:  # nobody carries it on: say what will
+        facts.append(("paused", f"waits for: saga resume {view.id} (or saga compensate)"))
     if detail.pivot:
         passed = "passed: it can only go forward" if admin.past_pivot(view) else "not passed"
         facts.append(("pivot", f"{detail.pivot} ({passed})"))

@@ -26,6 +26,9 @@ def test_pause_hands_an_idle_saga_back_paused_and_resume_finishes_it(
     assert listed.exit_code == 0, listed.output
     assert [s["id"] for s in json.loads(listed.stdout)["sagas"]] == [world.stuck]
 
+    shown = invoke(world.url, "show", world.stuck)
+    assert f"waits for: saga resume {world.stuck}" in shown.stdout
+
     history = invoke(world.url, "history", world.stuck)
     assert history.exit_code == 0, history.output
     assert "pause" in history.stdout
