@@ -81,7 +81,7 @@ def test_list_shows_every_saga_counts_them_and_marks_stuck_and_failed(
         for c in browser.find_elements(By.CSS_SELECTOR, "#counts a.count")
     }
     assert counts == {"running": "1", "compensating": "0", "completed": "3", "compensated": "1",
-                      "failed": "2", "cancelled": "1"}  # fmt: skip
+                      "failed": "2", "cancelled": "1", "paused": "0"}  # fmt: skip
     screenshot(browser, world, "web-list.png")
 
 
