@@ -135,6 +135,10 @@ class AsyncCoordinator:
         """Carry a stuck declarative saga forward now."""
         return await self._view(await self.driver.run(self.engine.resume(saga_id)))
 
+    async def retry(self, saga_id: str) -> SagaView:
+        """Run forward again a saga that failed past its pivot; see ``Coordinator.retry``."""
+        return await self._view(await self.driver.run(self.engine.retry(saga_id)))
+
     async def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind; see
         ``Coordinator.cancel``."""

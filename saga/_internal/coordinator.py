@@ -321,6 +321,15 @@ class Coordinator:
         """Carry a stuck declarative saga forward now."""
         return self._view(self.driver.run(self.engine.resume(saga_id)))
 
+    def retry(self, saga_id: str) -> SagaView:
+        """Run forward again a saga that failed past its pivot, once the cause is fixed.
+
+        The failed step runs again with its whole retry budget (its attempt numbers
+        go on: ``ctx.attempt``), then the rest, under the definition registered now,
+        which must have the fingerprint the saga started with. Refused for a saga that
+        is not ``failed``, or failed while compensating (``retry-compensation``)."""
+        return self._view(self.driver.run(self.engine.retry(saga_id)))
+
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind.
 

@@ -31,8 +31,9 @@ _SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
     SagaStatus.COMPENSATING: frozenset(
         {SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.FAILED}
     ),
-    # An operator may retry the compensation of a failed saga.
-    SagaStatus.FAILED: frozenset({SagaStatus.COMPENSATING}),
+    # An operator may retry the compensation of a failed saga, or run forward again a
+    # saga that failed past its pivot (saga retry).
+    SagaStatus.FAILED: frozenset({SagaStatus.COMPENSATING, SagaStatus.RUNNING}),
     SagaStatus.COMPLETED: frozenset(),
     SagaStatus.COMPENSATED: frozenset(),
     SagaStatus.CANCELLED: frozenset(),
@@ -53,9 +54,12 @@ _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
         }
     ),
     StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
-    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING}),
+    # failed / in_doubt -> running: an operator runs the step again (saga retry).
+    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.RUNNING}),
     # in_doubt -> failed: an operator says the action did not happen (saga mark-step).
-    StepStatus.IN_DOUBT: frozenset({StepStatus.COMPENSATING, StepStatus.FAILED}),
+    StepStatus.IN_DOUBT: frozenset(
+        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING}
+    ),
     # compensating -> compensating is the next attempt of the compensation.
     StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),
     StepStatus.COMPENSATED: frozenset(),

@@ -36,6 +36,7 @@ from saga.admin.actions import (
     mark_compensated,
     mark_step,
     resume,
+    retry,
     retry_compensation,
 )
 from saga.admin.application import application, split_apps
@@ -177,6 +178,7 @@ __all__ = [
     "purge",
     "recover",
     "resume",
+    "retry",
     "retry_compensation",
     "run_worker",
     "saga_history",

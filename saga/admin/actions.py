@@ -1,4 +1,4 @@
-"""Operator actions on one saga: compensate, resume, cancel, retry-compensation
+"""Operator actions on one saga: compensate, resume, cancel, retry, retry-compensation
 and mark-compensated. Each is recorded as an event and returns where the saga
 now stands.
 """
@@ -33,6 +33,12 @@ def resume(coord: Coordinator, saga_id: SagaRef) -> SagaView:
 def cancel(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     """Ask a running saga to stop at its next step boundary and unwind."""
     return coord.cancel(saga_id_of(coord, saga_id))
+
+
+def retry(coord: Coordinator, saga_id: SagaRef) -> SagaView:
+    """Run forward again a saga that failed past its pivot, once its cause is fixed
+    (the failed step with a fresh attempt budget, then the rest; needs --app)."""
+    return coord.retry(saga_id_of(coord, saga_id))
 
 
 def retry_compensation(coord: Coordinator, saga_id: SagaRef) -> SagaView:

@@ -128,6 +128,13 @@ def cancel_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) ->
     _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
 
 
+@acting_command("retry")
+def retry_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+    """Run forward again a saga that failed past its pivot, once the cause is fixed
+    (the failed step with a fresh attempt budget, then the rest; needs --app)."""
+    _act(ctx, json_output, lambda coord: admin.retry(coord, ref))
+
+
 @acting_command("retry-compensation")
 def retry_compensation_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""

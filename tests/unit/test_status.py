@@ -20,6 +20,7 @@ LEGAL_SAGA_MOVES = {
     (S.COMPENSATING, S.CANCELLED),
     (S.COMPENSATING, S.FAILED),
     (S.FAILED, S.COMPENSATING),
+    (S.FAILED, S.RUNNING),  # saga retry: forward again past the pivot
 }
 
 LEGAL_STEP_MOVES = {
@@ -35,6 +36,8 @@ LEGAL_STEP_MOVES = {
     (T.FAILED, T.COMPENSATING),
     (T.IN_DOUBT, T.COMPENSATING),
     (T.IN_DOUBT, T.FAILED),  # an operator says it did not happen
+    (T.FAILED, T.RUNNING),  # saga retry runs the failed step again
+    (T.IN_DOUBT, T.RUNNING),
     (T.COMPENSATING, T.COMPENSATING),
     (T.COMPENSATING, T.COMPENSATED),
 }

@@ -328,6 +328,21 @@ class Engine:
         record = yield from self.guarded(claim, saga_id, rules.refuse_resume)
         return (yield from self.forward(saga, record))
 
+    def retry(self, saga_id: str) -> Flow[SagaRecord]:
+        """Run forward again a saga that failed past its pivot (a fix deployed): its
+        failed steps once more, each with its whole retry budget, then the rest."""
+        record = yield from self.load(saga_id)
+        rules.refuse_retry(record)
+        saga = self.definitions.saga_for(record)  # refused if its definition changed
+        assert saga is not None
+        who = yield WHO_ASKS
+        claim = self._claim(saga_id, rules.by_operator("retry", who), rules.retry_guard(record))
+        record = yield from self.guarded(claim, saga_id, rules.refuse_retry)
+        writes, events, runs = rules.reopened(record, saga)
+        yield Fault("before_retry_commit", runs[0].name)
+        record = yield from write(record, writes, events, SagaStatus.RUNNING)
+        return (yield from self.forward(saga, record, runs))
+
     def cancel(self, saga_id: str) -> Flow[SagaRecord]:
         """Ask a running saga to stop at its next step boundary and unwind.
 

@@ -28,10 +28,12 @@ class Cursor:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunStep:
-    """Run attempt ``attempt`` of step ``name``."""
+    """Run attempt ``attempt`` of step ``name``; its retry budget began after attempt
+    ``budget_from`` (0 but after an operator's retry)."""
 
     name: str
     attempt: int
+    budget_from: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

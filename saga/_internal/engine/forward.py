@@ -13,6 +13,7 @@ database gives are the completion order the unwinding follows.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import inspect
@@ -195,8 +196,10 @@ class Forward:
         cancellable = (
             step.kind is StepKind.COMPENSATABLE and not step.transactional and is_async(step.fn)
         )
-        limit = self.payload_limit
-        flow = branch(cursor, run, step.retry, step.timeout, step.fn, step.transactional, limit)
+        limit, policy = self.payload_limit, step.retry
+        if run.budget_from and policy.max_attempts is not None:  # an operator's retry
+            policy = dataclasses.replace(policy, max_attempts=policy.max_attempts + run.budget_from)
+        flow = branch(cursor, run, policy, step.timeout, step.fn, step.transactional, limit)
         return Branch(run.name, flow, cursor, cancellable)
 
     def _collect_all(self, waited: Waited) -> Flow[None]:

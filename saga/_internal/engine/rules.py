@@ -16,8 +16,8 @@ from saga._internal.definition import Saga
 from saga._internal.engine import decisions, records
 from saga._internal.errors import ConfigurationError, InputMismatchError, OperationRefusedError
 from saga._internal.failure import recorded_failure
-from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord
-from saga._internal.status import SagaStatus
+from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord, StepWrite
+from saga._internal.status import SagaStatus, StepStatus
 from saga._internal.versions import record_version, started_with
 
 
@@ -133,6 +133,56 @@ def refuse_resume(record: SagaRecord) -> None:
         raise OperationRefusedError(
             record.id, f"saga {record.id} is {record.status.value}; only a running saga resumes"
         )
+
+
+RETRIED = frozenset({StepStatus.FAILED, StepStatus.IN_DOUBT})
+"""The steps ``saga retry`` runs again: the ones whose failure stopped the saga."""
+
+UNWOUND = frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED})
+
+
+def refuse_retry(record: SagaRecord) -> None:
+    """Only a declarative saga that failed going forward (past its pivot: nothing was
+    unwound) runs forward again; a failed compensation has its own ways out."""
+    if record.kind != "declarative":
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is a context-manager saga: only its own code can run it "
+            "forward (re-enter the same coord.saga(name, key=...))",
+        )
+    if record.status is not SagaStatus.FAILED:
+        raise OperationRefusedError(
+            record.id, f"saga {record.id} is {record.status.value}; retry is for failed sagas"
+        )
+    if any(step.status in UNWOUND for step in record.steps):
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} failed while compensating; see retry-compensation and "
+            "mark-compensated",
+        )
+    if not any(step.status in RETRIED for step in record.steps):
+        raise OperationRefusedError(record.id, f"saga {record.id} has no failed step to retry")
+
+
+def retry_guard(record: SagaRecord) -> ClaimGuard:
+    """Forward again needs the saga as it was read: still failed, nobody claimed it since."""
+    return ClaimGuard(frozenset({SagaStatus.FAILED}), record.epoch)
+
+
+def reopened(
+    record: SagaRecord, saga: Saga
+) -> tuple[list[StepWrite], list[Event], list[decisions.RunStep]]:
+    """What turns a failed saga ``running`` again: the starts of the next attempts of
+    its failed steps (writes and events), and those attempts. Each gets its step's whole
+    retry budget again (``budget_from``: the attempts made before), its number going on."""
+    runs = [
+        decisions.RunStep(step.name, step.attempt + 1, budget_from=step.attempt)
+        for step in record.steps
+        if step.status in RETRIED
+    ]
+    writes, events = records.start_all(saga, record, runs)
+    back = records.moved(record, SagaStatus.RUNNING, reason="operator retry")
+    return writes, [*events, back], runs
 
 
 def refuse_cancel(record: SagaRecord) -> None:
