@@ -139,6 +139,12 @@ class AsyncCoordinator:
         """Run forward again a saga that failed past its pivot; see ``Coordinator.retry``."""
         return await self._view(await self.driver.run(self.engine.retry(saga_id)))
 
+    async def skip(self, saga_id: str, *, step: str, result: Any = None, reason: str) -> SagaView:
+        """Record a step done by hand and go on; see ``Coordinator.skip``."""
+        return await self._view(
+            await self.driver.run(self.engine.skip(saga_id, step, result, reason))
+        )
+
     async def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind; see
         ``Coordinator.cancel``."""

@@ -330,6 +330,14 @@ class Coordinator:
         is not ``failed``, or failed while compensating (``retry-compensation``)."""
         return self._view(self.driver.run(self.engine.retry(saga_id)))
 
+    def skip(self, saga_id: str, *, step: str, result: Any = None, reason: str) -> SagaView:
+        """Record that you did step ``step`` of a saga failed past its pivot by hand, with
+        ``result`` as if the step had returned it (its compensation, if one ever runs,
+        gets it), and ``reason``; then carry the saga forward as ``retry`` does.
+
+        Only a step whose failure stopped the saga (``failed`` or ``in_doubt``)."""
+        return self._view(self.driver.run(self.engine.skip(saga_id, step, result, reason)))
+
     def cancel(self, saga_id: str) -> SagaView:
         """Ask a running saga to stop at its next step boundary and unwind.
 

@@ -54,11 +54,14 @@ _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
         }
     ),
     StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
-    # failed / in_doubt -> running: an operator runs the step again (saga retry).
-    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.RUNNING}),
+    # failed / in_doubt -> running: an operator runs the step again (saga retry);
+    # -> succeeded: an operator did it by hand and records its result (saga skip).
+    StepStatus.FAILED: frozenset(
+        {StepStatus.COMPENSATING, StepStatus.RUNNING, StepStatus.SUCCEEDED}
+    ),
     # in_doubt -> failed: an operator says the action did not happen (saga mark-step).
     StepStatus.IN_DOUBT: frozenset(
-        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING}
+        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING, StepStatus.SUCCEEDED}
     ),
     # compensating -> compensating is the next attempt of the compensation.
     StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),

@@ -38,6 +38,7 @@ from saga.admin.actions import (
     resume,
     retry,
     retry_compensation,
+    skip,
 )
 from saga.admin.application import application, split_apps
 from saga.admin.bulk import (
@@ -189,6 +190,7 @@ __all__ = [
     "serve_worker_metrics",
     "show_saga",
     "show_with_history",
+    "skip",
     "split_apps",
     "status_counts",
     "stuck_ids",

@@ -157,6 +157,29 @@ def mark_compensated_command(
     _act(ctx, json_output, lambda coord: admin.mark_compensated(coord, saga_id, step, reason))
 
 
+@app.command("skip")
+def skip_command(
+    ctx: typer.Context,
+    saga_id: SagaId,
+    step: Annotated[
+        str, typer.Option("--step", help="The failed step you did by hand.", metavar="STEP")
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", help="What you did; it is recorded.", metavar="TEXT")
+    ],
+    result: Annotated[
+        str,
+        typer.Option(
+            "--result", help="What the step would have returned, as JSON.", metavar="JSON"
+        ),
+    ] = "null",
+    json_output: JsonFlag = False,
+) -> None:
+    """Record that you did a failed step of a saga past its pivot by hand (its result as
+    if it had returned it), then carry the saga forward (needs --app)."""
+    _act(ctx, json_output, lambda coord: admin.skip(coord, saga_id, step, result, reason))
+
+
 @app.command("mark-step")
 def mark_step_command(
     ctx: typer.Context,

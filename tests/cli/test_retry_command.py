@@ -82,3 +82,46 @@ def test_retry_by_filter_lists_first_and_acts_with_yes(
     acted = saga(db_url, "retry", "--name", "cli-forward", "--status", "failed", "--yes")
     assert acted.exit_code == 0, acted.output
     assert {coord.get(i).status for i in ids} == {SagaStatus.COMPLETED}
+
+
+def test_skip_records_the_step_done_by_hand(
+    db_url: str, coord: Coordinator, tmp_path: Path
+) -> None:
+    saga_id = failed_forward(coord, tmp_path / "down")  # still down: done by hand instead
+
+    done = saga(
+        db_url,
+        *("skip", saga_id, "--step", "invoice", "--result", "42"),
+        *("--reason", "invoiced by hand", "--json"),
+    )
+
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert coord.get(saga_id).step("invoice").result == 42
+    assert "invoiced by hand" in saga(db_url, "history", saga_id).stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (("--result", "{oops"), "saga: error: --result must be JSON (null for none):"),
+        (("--step", "ship"), "did not fail; the failed steps: invoice"),
+    ],
+)
+def test_skip_bad_input_is_one_line_and_changes_nothing(
+    db_url: str, coord: Coordinator, tmp_path: Path, args: tuple[str, ...], line: str
+) -> None:
+    saga_id = failed_forward(coord, tmp_path / "down")
+    before = coord.history(saga_id)
+    given = dict(zip(args[::2], args[1::2], strict=True))
+    flat = [
+        part for pair in {"--step": "invoice", "--reason": "r", **given}.items() for part in pair
+    ]
+
+    refused = saga(db_url, "skip", saga_id, *flat)
+
+    assert refused.exit_code in (1, 2)
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert line in refused.stderr
+    assert "Traceback" not in refused.output
+    assert coord.history(saga_id) == before

@@ -1,9 +1,10 @@
-"""``retry`` racing another operator's ``retry``, on SQLite and PostgreSQL.
+"""``retry`` (and ``skip``) racing another operator's ``retry``, on SQLite and PostgreSQL.
 
 The saga is ``charge -> ship (pivot) -> invoice``; ``invoice`` fails until the test
 fixes it, so the saga ends ``failed`` past its pivot. Then the fix is deployed and:
 
-* two operators retry it at once: for every free statement boundary k of the first
+* two operators retry it at once (or the first records ``invoice`` done by hand with
+  ``skip`` while the second retries): for every free statement boundary k of the first
   up to and including its claim (counted by a dry run on the same starting state),
   it pauses before k, the second runs its retry to the end (the saga completes), and
   the first goes on. The first is refused and changes no row after its pause; the
@@ -61,14 +62,17 @@ def failed_past_pivot(run: Interleaving) -> str:
     return raised.value.saga_id
 
 
-def retrying(run: Interleaving, name: str, saga_id: str) -> Actor:
+def retrying(run: Interleaving, name: str, saga_id: str, verb: str = "retry") -> Actor:
+    """``coord.retry``, or ``coord.skip`` of ``invoice`` (done by hand), as an actor."""
     coord = run.coordinator()
+    if verb == "skip":
+        return run.actor(name, lambda: coord.skip(saga_id, step="invoice", reason="by hand"), coord)
     return run.actor(name, lambda: coord.retry(saga_id), coord)
 
 
-def census(fresh_url: FreshUrl) -> list[Boundary]:
+def census(fresh_url: FreshUrl, verb: str) -> list[Boundary]:
     with Interleaving(fresh_url(), sagas=[ORDER]) as run:
-        dry = retrying(run, "dry", failed_past_pivot(run))
+        dry = retrying(run, "dry", failed_past_pivot(run), verb)
         dry.run_to_end()
         assert dry.outcome == "returned", dry
         found = free_until(dry.boundaries, lambda b: b.is_claim)
@@ -76,13 +80,14 @@ def census(fresh_url: FreshUrl) -> list[Boundary]:
     return found
 
 
+@pytest.mark.parametrize("verb", ["retry", "skip"])
 def test_two_operators_retrying_at_once_run_the_step_once(
-    backend: str, fresh_url: FreshUrl
+    verb: str, backend: str, fresh_url: FreshUrl
 ) -> None:
-    for target in census(fresh_url):
+    for target in census(fresh_url, verb):
         with Interleaving(fresh_url(), sagas=[ORDER]) as run:
             saga_id = failed_past_pivot(run)
-            first = retrying(run, "first", saga_id)
+            first = retrying(run, "first", saga_id, verb)
             at = first.run_until(target.index)
             assert at is not None, f"the first retry ended before {target}"
             assert at.sql == target.sql, f"census mismatch at {target}"
@@ -91,7 +96,7 @@ def test_two_operators_retrying_at_once_run_the_step_once(
             assert second.outcome == "returned", second
             paused = dump(run.url, saga_id)
             first.run_to_end()
-            where = f"{backend}: first retry paused at {target}"
+            where = f"{backend}: first {verb} paused at {target}"
             assert isinstance(first.error, OperationRefusedError), f"{where}: {first}"
             assert "completed" in str(first.error), where
             assert dump(run.url, saga_id) == paused, f"{where}: the refused retry wrote"

@@ -1,6 +1,7 @@
-"""``coord.retry``: a saga that failed past its pivot runs forward again once its cause
-is fixed; the failed step with a fresh attempt budget (its numbers going on), then the
-rest. Everything else is refused and left as it was."""
+"""``coord.retry`` and ``coord.skip``: a saga that failed past its pivot runs forward
+again once its cause is fixed (the failed step with a fresh attempt budget, its numbers
+going on, then the rest), or goes on with that step's result recorded as done by hand.
+Everything else is refused and left as it was."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 
 from saga import (
     AsyncCoordinator,
+    ConfigurationError,
     Coordinator,
     OperationRefusedError,
+    PayloadError,
     Saga,
     SagaFailed,
     SagaStatus,
@@ -150,3 +153,58 @@ def test_async_retry(db_url: str) -> None:
 
     assert asyncio.run(scenario()) is SagaStatus.COMPLETED
     assert outage.calls[-2:] == [("invoice", 3), ("notify", 1)]
+
+
+# -- skip: a failed step done by hand -------------------------------------------------------
+
+
+def test_skip_records_the_result_done_by_hand_and_goes_on(coord: Coordinator) -> None:
+    outage = Outage()
+    saga_id = _failed(coord, _order(outage, "skip-by-hand"))
+    calls_before = list(outage.calls)
+
+    view = coord.skip(saga_id, step="invoice", result={"invoice": "INV-7"}, reason="sent by hand")
+
+    assert view.status is SagaStatus.COMPLETED
+    assert outage.calls[len(calls_before) :] == [("notify", 1)]  # invoice itself not run
+    invoice = view.step("invoice")
+    assert invoice.status is StepStatus.SUCCEEDED
+    assert invoice.result == {"invoice": "INV-7"}
+    history = coord.history(saga_id)
+    action = next(e for e in history if e.kind == "operator_action")
+    assert (action.detail or {})["action"] == "skip"
+    assert (action.detail or {})["reason"] == "sent by hand"
+    done = next(e for e in history if e.kind == "step_succeeded" and e.step == "invoice")
+    assert (done.detail or {})["reason"] == "sent by hand"
+    assert "marked_by" in (done.detail or {})
+    assert_history_replays(coord, saga_id)
+
+
+def test_skip_refuses_a_step_that_did_not_fail_and_changes_nothing(coord: Coordinator) -> None:
+    outage = Outage()
+    saga_id = _failed(coord, _order(outage, "skip-refused"))
+    before = coord.history(saga_id)
+    with pytest.raises(OperationRefusedError, match=r"step 'ship' .* did not fail"):
+        coord.skip(saga_id, step="ship", result=None, reason="r")
+    with pytest.raises(OperationRefusedError, match="did not fail; the failed steps: invoice"):
+        coord.skip(saga_id, step="nope", result=None, reason="r")
+    with pytest.raises(ConfigurationError, match="reason"):
+        coord.skip(saga_id, step="invoice", result=None, reason=" ")
+    with pytest.raises(PayloadError):
+        coord.skip(saga_id, step="invoice", result=float("nan"), reason="r")
+    assert coord.history(saga_id) == before
+    assert coord.get(saga_id).status is SagaStatus.FAILED
+
+
+def test_async_skip(db_url: str) -> None:
+    outage = Outage()
+    saga = _order(outage, "skip-async")
+
+    async def scenario() -> SagaStatus:
+        async with AsyncCoordinator(db_url) as coord:
+            with pytest.raises(SagaFailed) as raised:
+                await coord.run(saga, key="async-skip")
+            view = await coord.skip(raised.value.saga_id, step="invoice", reason="by hand")
+            return view.status
+
+    assert asyncio.run(scenario()) is SagaStatus.COMPLETED

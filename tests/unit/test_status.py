@@ -38,6 +38,8 @@ LEGAL_STEP_MOVES = {
     (T.IN_DOUBT, T.FAILED),  # an operator says it did not happen
     (T.FAILED, T.RUNNING),  # saga retry runs the failed step again
     (T.IN_DOUBT, T.RUNNING),
+    (T.FAILED, T.SUCCEEDED),  # saga skip: done by hand, its result recorded
+    (T.IN_DOUBT, T.SUCCEEDED),
     (T.COMPENSATING, T.COMPENSATING),
     (T.COMPENSATING, T.COMPENSATED),
 }

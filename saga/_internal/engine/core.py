@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from saga._internal.codec import encode
+from saga._internal.codec import encode, encode_result
 from saga._internal.definition import Saga
 from saga._internal.engine import records, rules, unwind
 from saga._internal.engine.decisions import RunStep, failed_step, recovery_route
@@ -43,6 +43,7 @@ from saga._internal.engine.effects import (
 )
 from saga._internal.engine.forward import Forward
 from saga._internal.errors import (
+    ConfigurationError,
     LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
@@ -338,8 +339,31 @@ class Engine:
         who = yield WHO_ASKS
         claim = self._claim(saga_id, rules.by_operator("retry", who), rules.retry_guard(record))
         record = yield from self.guarded(claim, saga_id, rules.refuse_retry)
-        writes, events, runs = rules.reopened(record, saga)
-        yield Fault("before_retry_commit", runs[0].name)
+        return (yield from self._reopen(saga, record, rules.reopened(record, saga)))
+
+    def skip(self, saga_id: str, step: str, result: Any, reason: str) -> Flow[SagaRecord]:
+        """Record that an operator did step ``step`` of a saga failed past its pivot by
+        hand, with ``result`` as if it had returned it; then go on as ``retry`` does."""
+        if not reason.strip():
+            raise ConfigurationError("skip: the reason must say what was done by hand")
+        record = yield from self.load(saga_id)
+        rules.refuse_skip(record, step)
+        saga = self.definitions.saga_for(record)
+        assert saga is not None
+        encoded = encode_result(result, f"result of step {step!r}", self.payload_limit)
+        who = yield WHO_ASKS
+        event = rules.by_operator("skip", {**who, "step": step, "reason": reason})
+        claim = self._claim(saga_id, event, rules.retry_guard(record))
+        record = yield from self.guarded(claim, saga_id, lambda r: rules.refuse_skip(r, step))
+        done = rules.skipped(record, step, encoded, reason, who)
+        return (yield from self._reopen(saga, record, rules.reopened(record, saga, done)))
+
+    def _reopen(
+        self, saga: Saga, record: SagaRecord, reopening: rules.Reopening
+    ) -> Flow[SagaRecord]:
+        """Commit the turn of a failed saga back to ``running``, then carry it forward."""
+        writes, events, runs = reopening
+        yield Fault("before_retry_commit", runs[0].name if runs else None)
         record = yield from write(record, writes, events, SagaStatus.RUNNING)
         return (yield from self.forward(saga, record, runs))
 
