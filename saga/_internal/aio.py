@@ -136,6 +136,16 @@ class AsyncCoordinator:
         ``Coordinator.resume``."""
         return await self._view(await self.driver.run(self.engine.resume(saga_id)))
 
+    async def retry(self, saga_id: str) -> SagaView:
+        """Run forward again a saga that failed past its pivot; see ``Coordinator.retry``."""
+        return await self._view(await self.driver.run(self.engine.retry(saga_id)))
+
+    async def skip(self, saga_id: str, *, step: str, result: Any = None, reason: str) -> SagaView:
+        """Record a step done by hand and go on; see ``Coordinator.skip``."""
+        return await self._view(
+            await self.driver.run(self.engine.skip(saga_id, step, result, reason))
+        )
+
     async def pause(self, saga_id: str) -> SagaView:
         """Hold a running saga at its next step boundary; see ``Coordinator.pause``."""
         return await self._view(await self.driver.run(self.engine.pause(saga_id)))

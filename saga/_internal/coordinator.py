@@ -323,6 +323,23 @@ class Coordinator:
         pauses again, ``SagaHandedBack`` (status ``PAUSED``) says why."""
         return self._view(self.driver.run(self.engine.resume(saga_id)))
 
+    def retry(self, saga_id: str) -> SagaView:
+        """Run forward again a saga that failed past its pivot, once the cause is fixed.
+
+        The failed step runs again with its whole retry budget (its attempt numbers
+        go on: ``ctx.attempt``), then the rest, under the definition registered now,
+        which must have the fingerprint the saga started with. Refused for a saga that
+        is not ``failed``, or failed while compensating (``retry-compensation``)."""
+        return self._view(self.driver.run(self.engine.retry(saga_id)))
+
+    def skip(self, saga_id: str, *, step: str, result: Any = None, reason: str) -> SagaView:
+        """Record that you did step ``step`` of a saga failed past its pivot by hand, with
+        ``result`` as if the step had returned it (its compensation, if one ever runs,
+        gets it), and ``reason``; then carry the saga forward as ``retry`` does.
+
+        Only a step whose failure stopped the saga (``failed`` or ``in_doubt``)."""
+        return self._view(self.driver.run(self.engine.skip(saga_id, step, result, reason)))
+
     def pause(self, saga_id: str) -> SagaView:
         """Hold a running declarative saga at its next step boundary, nothing compensated.
 

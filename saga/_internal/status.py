@@ -31,8 +31,9 @@ _SAGA_MOVES: dict[SagaStatus, frozenset[SagaStatus]] = {
     SagaStatus.COMPENSATING: frozenset(
         {SagaStatus.COMPENSATED, SagaStatus.CANCELLED, SagaStatus.FAILED}
     ),
-    # An operator may retry the compensation of a failed saga.
-    SagaStatus.FAILED: frozenset({SagaStatus.COMPENSATING}),
+    # An operator may retry the compensation of a failed saga, or run forward again a
+    # saga that failed past its pivot (saga retry).
+    SagaStatus.FAILED: frozenset({SagaStatus.COMPENSATING, SagaStatus.RUNNING}),
     # Paused: an operator resumes it (running) or unwinds it (compensating).
     SagaStatus.PAUSED: frozenset({SagaStatus.RUNNING, SagaStatus.COMPENSATING}),
     SagaStatus.COMPLETED: frozenset(),
@@ -55,12 +56,15 @@ _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
         }
     ),
     StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
-    # failed / in_doubt -> running: a step parked by a pause (its retries ran out) runs
-    # again when the saga is resumed.
-    StepStatus.FAILED: frozenset({StepStatus.COMPENSATING, StepStatus.RUNNING}),
+    # failed / in_doubt -> running: an operator runs the step again (saga retry), or a
+    # step parked by a pause (its retries ran out) runs again when the saga is resumed;
+    # -> succeeded: an operator did it by hand and records its result (saga skip).
+    StepStatus.FAILED: frozenset(
+        {StepStatus.COMPENSATING, StepStatus.RUNNING, StepStatus.SUCCEEDED}
+    ),
     # in_doubt -> failed: an operator says the action did not happen (saga mark-step).
     StepStatus.IN_DOUBT: frozenset(
-        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING}
+        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING, StepStatus.SUCCEEDED}
     ),
     # compensating -> compensating is the next attempt of the compensation.
     StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),

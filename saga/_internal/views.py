@@ -127,7 +127,10 @@ def view_of(record: SagaRecord, events: Sequence[EventRecord] = ()) -> SagaView:
 def headline_error(record: SagaRecord) -> str | None:
     """The saga's error as an operator reads it first: the compensation that failed for
     good is what must be acted on, so its error (on its step's row) comes before the
-    forward error that started the unwinding (the saga row's, which stays as written)."""
+    forward error that started the unwinding (the saga row's, which stays as written).
+    A saga that completed after an operator's retry has none left to act on."""
+    if record.status is SagaStatus.COMPLETED:
+        return None
     undo = compensation_step(record)
     return record.error if undo is None else undo.error
 

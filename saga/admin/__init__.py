@@ -37,7 +37,9 @@ from saga.admin.actions import (
     mark_step,
     pause,
     resume,
+    retry,
     retry_compensation,
+    skip,
 )
 from saga.admin.application import application, split_apps
 from saga.admin.bulk import (
@@ -179,6 +181,7 @@ __all__ = [
     "purge",
     "recover",
     "resume",
+    "retry",
     "retry_compensation",
     "run_worker",
     "saga_history",
@@ -189,6 +192,7 @@ __all__ = [
     "serve_worker_metrics",
     "show_saga",
     "show_with_history",
+    "skip",
     "split_apps",
     "status_counts",
     "stuck_ids",

@@ -1,11 +1,12 @@
-"""Operator actions on one saga: compensate, resume, pause, cancel, retry-compensation
-and mark-compensated. Each is recorded as an event and returns where the saga
+"""Operator actions on one saga: compensate, resume, pause, cancel, retry, skip,
+retry-compensation and mark-compensated. Each is recorded as an event and returns where the saga
 now stands.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shlex
 
 from saga._internal import engine
@@ -40,6 +41,22 @@ def pause(coord: Coordinator, saga_id: SagaRef) -> SagaView:
 def cancel(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     """Ask a running saga to stop at its next step boundary and unwind."""
     return coord.cancel(saga_id_of(coord, saga_id))
+
+
+def retry(coord: Coordinator, saga_id: SagaRef) -> SagaView:
+    """Run forward again a saga that failed past its pivot, once its cause is fixed
+    (the failed step with a fresh attempt budget, then the rest; needs --app)."""
+    return coord.retry(saga_id_of(coord, saga_id))
+
+
+def skip(coord: Coordinator, saga_id: SagaRef, step: str, result: str, reason: str) -> SagaView:
+    """Record that an operator did ``step`` of a saga failed past its pivot by hand, its
+    result the JSON text ``result`` ("null" for none), then carry the saga forward."""
+    try:
+        value = json.loads(result)
+    except ValueError as error:
+        raise ConfigurationError(f"--result must be JSON (null for none): {error}") from None
+    return coord.skip(saga_id_of(coord, saga_id), step=step, result=value, reason=reason)
 
 
 def retry_compensation(coord: Coordinator, saga_id: SagaRef) -> SagaView:

@@ -3,7 +3,8 @@
 :func:`select_sagas` reads the sagas a :class:`Selection` matches through the
 listing ``saga list`` uses (:func:`~saga.admin.list_sagas`), newest first, a
 page at a time. :func:`act_on_many` applies one single-saga verb
-(:data:`VERBS`: ``compensate``, ``resume``, ``pause``, ``cancel``, ``retry-compensation``;
+(:data:`VERBS`: ``compensate``, ``resume``, ``pause``, ``cancel``, ``retry``,
+``retry-compensation``;
 or any function of a coordinator and a saga id) to each, in bounded batches,
 and reports per saga. Each verb claims its saga with its condition checked in
 the claim, so a saga that moved since it was read is refused, changing
@@ -32,7 +33,7 @@ from saga._internal.errors import (
 from saga._internal.explanation import explain
 from saga._internal.status import SagaStatus
 from saga._internal.views import SagaView
-from saga.admin.actions import cancel, compensate, pause, resume, retry_compensation
+from saga.admin.actions import cancel, compensate, pause, resume, retry, retry_compensation
 from saga.admin.facts import current_step, json_value
 from saga.admin.inputs import SagaRef, parse_duration, parse_statuses
 from saga.admin.reads import list_sagas
@@ -46,6 +47,7 @@ VERBS: Mapping[str, Verb] = {
     "resume": resume,
     "pause": pause,
     "cancel": cancel,
+    "retry": retry,
     "retry-compensation": retry_compensation,
 }
 """The verbs the ``saga`` command applies to a selection, by command name."""

@@ -134,6 +134,13 @@ def cancel_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) ->
     _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
 
 
+@acting_command("retry")
+def retry_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+    """Run forward again a saga that failed past its pivot, once the cause is fixed
+    (the failed step with a fresh attempt budget, then the rest; needs --app)."""
+    _act(ctx, json_output, lambda coord: admin.retry(coord, ref))
+
+
 @acting_command("retry-compensation")
 def retry_compensation_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
@@ -154,6 +161,29 @@ def mark_compensated_command(
 ) -> None:
     """Record that you undid a failed saga's step by hand, then unwind the rest."""
     _act(ctx, json_output, lambda coord: admin.mark_compensated(coord, saga_id, step, reason))
+
+
+@app.command("skip")
+def skip_command(
+    ctx: typer.Context,
+    saga_id: SagaId,
+    step: Annotated[
+        str, typer.Option("--step", help="The failed step you did by hand.", metavar="STEP")
+    ],
+    reason: Annotated[
+        str, typer.Option("--reason", help="What you did; it is recorded.", metavar="TEXT")
+    ],
+    result: Annotated[
+        str,
+        typer.Option(
+            "--result", help="What the step would have returned, as JSON.", metavar="JSON"
+        ),
+    ] = "null",
+    json_output: JsonFlag = False,
+) -> None:
+    """Record that you did a failed step of a saga past its pivot by hand (its result as
+    if it had returned it), then carry the saga forward (needs --app)."""
+    _act(ctx, json_output, lambda coord: admin.skip(coord, saga_id, step, result, reason))
 
 
 @app.command("mark-step")

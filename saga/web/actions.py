@@ -14,41 +14,63 @@ from saga._internal.ports import EventRecord
 from saga._internal.views import SagaView
 from saga.web.markup import attr, page, path, short, text
 
-Call = Callable[[Coordinator, str, str, str], SagaView]  # coord, saga id, step, reason
+
+@dataclasses.dataclass(frozen=True)
+class Chosen:
+    """What the confirmation form says: the step (verbs that name one), the reason, and
+    the step's result as JSON text (``skip``)."""
+
+    step: str
+    reason: str
+    result: str = "null"
+
+
+Call = Callable[[Coordinator, str, Chosen], SagaView]  # coord, saga id, what the form says
 
 
 @dataclasses.dataclass(frozen=True)
 class Verb:
-    """One action: its name (as the CLI spells it), what it does, whether it names a step."""
+    """One action: its name (as the CLI spells it), what it does, whether it names a step
+    (and a result for it)."""
 
     name: str
     label: str
     does: str
     call: Call
     needs_step: bool = False
+    needs_result: bool = False
 
 
 VERBS: dict[str, Verb] = {
     verb.name: verb
     for verb in (
         Verb("cancel", "cancel", "Stop the saga at its next step boundary and unwind it.",
-             lambda c, i, _s, _r: admin.cancel(c, i)),
+             lambda c, i, _: admin.cancel(c, i)),
         Verb("compensate", "compensate", "Unwind the saga now (refused past its pivot).",
-             lambda c, i, _s, _r: admin.compensate(c, i)),
+             lambda c, i, _: admin.compensate(c, i)),
         Verb("resume", "resume", "Carry the saga forward now (needs its definition: --app).",
-             lambda c, i, _s, _r: admin.resume(c, i)),
+             lambda c, i, _: admin.resume(c, i)),
         Verb("pause", "pause",
              "Hold the saga at its next step boundary, nothing compensated (resume goes on).",
-             lambda c, i, _s, _r: admin.pause(c, i)),
+             lambda c, i, _: admin.pause(c, i)),
+        Verb("retry", "retry forward",
+             "Run a saga that failed past its pivot forward again, once its cause is fixed: "
+             "the failed step with a fresh attempt budget, then the rest.",
+             lambda c, i, _: admin.retry(c, i)),
+        Verb("skip", "skip: done by hand",
+             "Record that you did this failed step by hand, with the result it would have "
+             "returned (JSON), then carry the saga forward.",
+             lambda c, i, f: admin.skip(c, i, f.step, f.result, f.reason),
+             needs_step=True, needs_result=True),
         Verb("retry-compensation", "retry compensation",
              "Run a failed saga's compensations again, with a fresh attempt budget.",
-             lambda c, i, _s, _r: admin.retry_compensation(c, i)),
+             lambda c, i, _: admin.retry_compensation(c, i)),
         Verb("mark-compensated", "mark compensated",
              "Record that you undid this step by hand, then unwind the rest.",
-             admin.mark_compensated, needs_step=True),
+             lambda c, i, f: admin.mark_compensated(c, i, f.step, f.reason), needs_step=True),
         Verb("mark-step", "mark step did not happen",
              "Record that a step given up in doubt did not take effect (you checked).",
-             admin.mark_step, needs_step=True),
+             lambda c, i, f: admin.mark_step(c, i, f.step, f.reason), needs_step=True),
     )
 }  # fmt: skip
 
@@ -91,8 +113,9 @@ def perform(
     if verb.name == "mark-step" and form.get("did_not_happen") != "1":
         raise ConfigurationError("say what happened to the step: tick 'did not happen'")
     source = {"source": "web", "by": user, "reason": reason, "client": client or "unknown"}
+    chosen = Chosen(step, reason, form.get("result", "").strip() or "null")
     with operator_source(**source):
-        return verb.call(coord, saga_id, step, reason)
+        return verb.call(coord, saga_id, chosen)
 
 
 def confirm_page(view: SagaView, verb: Verb, csrf: str, error: str | None = None) -> str:
@@ -104,6 +127,11 @@ def confirm_page(view: SagaView, verb: Verb, csrf: str, error: str | None = None
             for s in view.steps
         )
         step = f'<label>step <select name="step" id="step">{options}</select></label><br>'
+    if verb.needs_result:
+        step += (
+            '<label>its result (JSON) <input name="result" id="result" size="60" '
+            'value="null"></label><br>'
+        )
     if verb.name == "mark-step":
         step += (
             '<label><input type="checkbox" name="did_not_happen" value="1" id="did-not-happen"> '

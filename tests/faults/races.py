@@ -127,12 +127,14 @@ VERBS: dict[str, Verb] = {
     "compensate": _sync("compensate"),
     "cancel": _sync("cancel"),
     "resume": _sync("resume"),
+    "retry": _sync("retry"),
     "retry-compensation": lambda c, s: lambda: actions.retry_compensation(c, s),
     "recover-saga": _sync("recover_saga"),
     "recover": lambda c, s: lambda: c.recover(),
     "async-compensate": _async("compensate"),
     "async-cancel": _async("cancel"),
     "async-resume": _async("resume"),
+    "async-retry": _async("retry"),
 }
 
 

@@ -45,14 +45,14 @@ from tests.interleave import Actor, Boundary, Interleaving, free_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(120)]
 
-_SQLITE = {"compensate": 2, "cancel": 3, "resume": 2, "retry-compensation": 1}
-_POSTGRES = {"compensate": 3, "cancel": 4, "resume": 3, "retry-compensation": 2}
+_SQLITE = {"compensate": 2, "cancel": 3, "resume": 2, "retry": 1, "retry-compensation": 1}
+_POSTGRES = {"compensate": 3, "cancel": 4, "resume": 3, "retry": 2, "retry-compensation": 2}
 WIDTH = {
     backend: {
         **counts,
         "recover-saga": 1,
         "recover": 1,
-        **{f"async-{verb}": counts[verb] for verb in ("compensate", "cancel", "resume")},
+        **{f"async-{verb}": counts[verb] for verb in ("compensate", "cancel", "resume", "retry")},
     }
     for backend, counts in (("sqlite", _SQLITE), ("postgres", _POSTGRES))
 }

@@ -20,6 +20,7 @@ LEGAL_SAGA_MOVES = {
     (S.COMPENSATING, S.CANCELLED),
     (S.COMPENSATING, S.FAILED),
     (S.FAILED, S.COMPENSATING),
+    (S.FAILED, S.RUNNING),  # saga retry: forward again past the pivot
     (S.RUNNING, S.PAUSED),  # an operator's pause, or a step's on_exhausted="pause"
     (S.PAUSED, S.RUNNING),  # resumed
     (S.PAUSED, S.COMPENSATING),  # an operator unwinds it instead
@@ -40,6 +41,10 @@ LEGAL_STEP_MOVES = {
     (T.IN_DOUBT, T.RUNNING),  # likewise
     (T.IN_DOUBT, T.COMPENSATING),
     (T.IN_DOUBT, T.FAILED),  # an operator says it did not happen
+    (T.FAILED, T.RUNNING),  # saga retry runs the failed step again
+    (T.IN_DOUBT, T.RUNNING),
+    (T.FAILED, T.SUCCEEDED),  # saga skip: done by hand, its result recorded
+    (T.IN_DOUBT, T.SUCCEEDED),
     (T.COMPENSATING, T.COMPENSATING),
     (T.COMPENSATING, T.COMPENSATED),
 }

@@ -29,7 +29,10 @@ from tests.cli import steps as cli_steps
 from tests.cli.conftest import REPO, crashed, expire, failed_saga, order, saga_command
 from tests.web import steps
 
-APPS = ("--app", "tests.cli.steps", "--app", "tests.web.steps", "--app", "tests.cli.headline_steps")
+APPS = (
+    *("--app", "tests.cli.steps", "--app", "tests.web.steps"),
+    *("--app", "tests.cli.headline_steps", "--app", "tests.cli.forward_steps"),
+)
 HOSTILE_KEY = "<script>document.title='pwned-key'</script>\x1b[2J\u202e"
 HOSTILE_SKU = "<img src=x onerror=\"document.title='pwned-sku'\">"
 CHROMIUM = Path("/usr/bin/chromium")

@@ -17,6 +17,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from saga import Coordinator, RetryPolicy, SagaFailed, SagaScope, SagaStatus
 from tests.cli.conftest import REPO, crashed, run_saga
+from tests.cli.forward_steps import FORWARD
 from tests.web import steps as web_steps
 from tests.web.conftest import APPS, Server, World, in_doubt_saga, navigate, serving
 
@@ -114,6 +115,46 @@ def test_a_step_given_up_in_doubt_is_marked_from_the_browser_then_unwound(
     actions = [e["action"] for e in operator_events(coord, saga_id)]
     assert actions == ["mark-step", "retry-compensation"]
     assert all(e["source"] == "web" for e in operator_events(coord, saga_id))
+
+
+def failed_past_pivot(coord: Coordinator, blocker: Path) -> str:
+    """A saga of tests/cli/forward_steps.py failed at ``invoice`` while ``blocker`` exists."""
+    blocker.touch()
+    with pytest.raises(SagaFailed) as raised:
+        coord.run(FORWARD, data={"blocker": str(blocker)})
+    return raised.value.saga_id
+
+
+def test_a_saga_failed_past_its_pivot_is_retried_from_the_browser(
+    acting: Server, browser: WebDriver, coord: Coordinator, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "down"
+    saga_id = failed_past_pivot(coord, blocker)
+    blocker.unlink()  # the fix is deployed
+    confirm(browser, acting, saga_id, "retry", "invoice service fixed")
+    assert browser.find_element(By.ID, "status").text == "completed"
+    assert coord.get(saga_id).step("invoice").attempt == 2
+    (event,) = operator_events(coord, saga_id)
+    assert (event["action"], event["source"], event["by"]) == ("retry", "web", "ann")
+
+
+def test_a_failed_step_done_by_hand_is_recorded_from_the_browser(
+    acting: Server, browser: WebDriver, coord: Coordinator, tmp_path: Path
+) -> None:
+    saga_id = failed_past_pivot(coord, tmp_path / "down")  # still down: done by hand
+    browser.get(f"{acting.base}/saga/{saga_id}")
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, '#actions a[data-verb="skip"]'))
+    browser.find_element(By.CSS_SELECTOR, '#step option[value="invoice"]').click()
+    result = browser.find_element(By.ID, "result")
+    result.clear()
+    result.send_keys('{"invoice": "INV-9"}')
+    browser.find_element(By.ID, "operator").send_keys("ann")
+    browser.find_element(By.ID, "reason").send_keys("invoiced in the ERP by hand")
+    navigate(browser, browser.find_element(By.ID, "confirm"))
+    assert browser.find_element(By.ID, "status").text == "completed"
+    assert coord.get(saga_id).step("invoice").result == {"invoice": "INV-9"}
+    (event,) = operator_events(coord, saga_id)
+    assert (event["action"], event["reason"]) == ("skip", "invoiced in the ERP by hand")
 
 
 def test_read_only_offers_no_action_and_refuses_every_one(

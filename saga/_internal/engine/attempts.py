@@ -65,11 +65,9 @@ def attempts(
     data: Any = None,
     transactional: bool = False,
     payload_limit: int = 0,
-    base: int = 0,
 ) -> Flow[Any]:
-    """Run ``action`` until it succeeds or ``policy`` gives up (counting the attempts
-    after ``base``: see ``RunStep``); each retry durable first (attempt ``attempt``
-    already is). A transactional action's success commits with its
+    """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first
+    (attempt ``attempt`` already is). A transactional action's success commits with its
     writes (its result bounded by ``payload_limit``): ``cursor.record`` then shows it.
     The first attempt runs outside tenacity, so that the usual case (it succeeds) costs
     no retry machinery; its error is handed to tenacity, which decides."""
@@ -85,7 +83,7 @@ def attempts(
         except Exception as error:
             failure = error
         took = time.monotonic() - began  # how long the attempt ran, apart from the wait
-        retries = retries or Retries(policy, attempt - 1 - base)
+        retries = retries or Retries(policy, attempt - 1)
         number = yield from _next_attempt(cursor, name, number, failure, took, retries)
 
 

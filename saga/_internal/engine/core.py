@@ -4,13 +4,14 @@
 payload limit, resolver, definitions) and gives each flow as a public method:
 carrying a saga forward, unwinding it, a context-manager saga's calls
 (:meth:`Engine.scope`), and the verbs (rerun a key, recover, compensate,
-resume, cancel, pause). One copy for ``Coordinator`` and ``AsyncCoordinator``: each verb reads the
-saga, decides (``saga._internal.engine.rules``), claims it with the decision's condition
+resume, cancel, retry, skip; pause: :mod:`.pausing`). One copy for
+``Coordinator`` and ``AsyncCoordinator``: each verb reads the saga, decides
+(``saga._internal.engine.rules``), claims it with the decision's condition
 checked inside the claim (a ``ClaimGuard``), and carries it forward or unwinds
 it while its lease is kept alive. The store calls an operator makes go out as
 plain-data effects (``Claim``, ``ClaimStuck``, ``Release``, ``NoteFenced``,
-``ReadHistory``, ``RequestCancel``, ``RequestPause``); the drivers make them (the asyncio one in a
-thread).
+``ReadHistory``, ``RequestCancel``, ``RequestPause``); the drivers make them
+(the asyncio one in a thread).
 """
 
 from __future__ import annotations
@@ -19,15 +20,10 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from saga._internal.codec import encode
+from saga._internal.codec import encode, encode_result
 from saga._internal.definition import Saga
-from saga._internal.engine import records, rules, unwind
-from saga._internal.engine.decisions import (
-    RunStep,
-    failed_step,
-    recovery_route,
-    resumed_bases,
-)
+from saga._internal.engine import pausing, records, rules, unwind
+from saga._internal.engine.decisions import RunStep, failed_step, recovery_route
 from saga._internal.engine.effects import (
     DRAINING,
     WHO_ASKS,
@@ -42,13 +38,13 @@ from saga._internal.engine.effects import (
     ReadHistory,
     Release,
     RequestCancel,
-    RequestPause,
     Tell,
     holding,
     write,
 )
 from saga._internal.engine.forward import Forward
 from saga._internal.errors import (
+    ConfigurationError,
     LeaseLostError,
     OperationRefusedError,
     SagaBusyError,
@@ -340,39 +336,51 @@ class Engine:
         record = yield from self.guarded(claim, saga_id, rules.refuse_resume)
         bases = None
         if record.status is SagaStatus.PAUSED:
-            bases = resumed_bases(record)
-            detail = {"reason": "operator resume", "attempts_before": bases}
-            event = records.moved(record, SagaStatus.RUNNING, **detail)
-            record = yield from write(record, [], [event], SagaStatus.RUNNING)
+            record, bases = yield from pausing.unpause(record)
         return (yield from self.forward(saga, record, bases=bases))
 
     def pause(self, saga_id: str) -> Flow[SagaRecord]:
-        """Hold a running declarative saga at its next step boundary, nothing compensated.
+        """Hold a running declarative saga at its next step boundary, nothing compensated
+        (see :mod:`saga._internal.engine.pausing`)."""
+        return (yield from pausing.pause(self, saga_id))
 
-        It turns ``paused`` at once (the guard checked inside that write). A live owner
-        hands it back at its next step boundary (its next commit or lease renewal answers
-        "stop"); a saga no live process holds is handed back here, by the operator's
-        claim. Either way the history says who paused it and when it stopped.
-        """
+    def retry(self, saga_id: str) -> Flow[SagaRecord]:
+        """Run forward again a saga that failed past its pivot (a fix deployed): its
+        failed steps once more, each with its whole retry budget, then the rest."""
         record = yield from self.load(saga_id)
-        rules.refuse_pause(record)
+        rules.refuse_retry(record)
+        saga = self.definitions.saga_for(record)  # refused if its definition changed
+        assert saga is not None
         who = yield WHO_ASKS
-        event = rules.by_operator("pause", who)
-        if record.status is SagaStatus.RUNNING:  # else paused, not handed back yet: go on
-            request = self._request_pause(record, event)
-            yield from self.guarded(request, saga_id, rules.refuse_pause)
-        yield Fault("after_pause_request")
-        try:
-            claimed = Event("lease_claimed", detail={"why": "pause", **who})
-            record = yield from self._claim(saga_id, claimed, rules.paused_guard())
-        except OperationRefusedError:  # its owner is alive and hands it back, or it moved on
-            return (yield from self.load(saga_id))
-        paused = records.moved(record, SagaStatus.PAUSED, reason="operator pause")
-        return (yield from write(record, [], [paused], SagaStatus.PAUSED))
+        claim = self._claim(saga_id, rules.by_operator("retry", who), rules.retry_guard(record))
+        record = yield from self.guarded(claim, saga_id, rules.refuse_retry)
+        return (yield from self._reopen(saga, record, rules.reopened(record, saga)))
 
-    def _request_pause(self, record: SagaRecord, event: Event) -> Flow[None]:
-        yield RequestPause(record.id, event, rules.pause_guard())
-        yield Tell(record, (event,))
+    def skip(self, saga_id: str, step: str, result: Any, reason: str) -> Flow[SagaRecord]:
+        """Record that an operator did step ``step`` of a saga failed past its pivot by
+        hand, with ``result`` as if it had returned it; then go on as ``retry`` does."""
+        if not reason.strip():
+            raise ConfigurationError("skip: the reason must say what was done by hand")
+        record = yield from self.load(saga_id)
+        rules.refuse_skip(record, step)
+        saga = self.definitions.saga_for(record)
+        assert saga is not None
+        encoded = encode_result(result, f"result of step {step!r}", self.payload_limit)
+        who = yield WHO_ASKS
+        event = rules.by_operator("skip", {**who, "step": step, "reason": reason})
+        claim = self._claim(saga_id, event, rules.retry_guard(record))
+        record = yield from self.guarded(claim, saga_id, lambda r: rules.refuse_skip(r, step))
+        done = rules.skipped(record, step, encoded, reason, who)
+        return (yield from self._reopen(saga, record, rules.reopened(record, saga, done)))
+
+    def _reopen(
+        self, saga: Saga, record: SagaRecord, reopening: rules.Reopening
+    ) -> Flow[SagaRecord]:
+        """Commit the turn of a failed saga back to ``running``, then carry it forward."""
+        writes, events, runs = reopening
+        yield Fault("before_retry_commit", runs[0].name if runs else None)
+        record = yield from write(record, writes, events, SagaStatus.RUNNING)
+        return (yield from self.forward(saga, record, runs))
 
     def cancel(self, saga_id: str) -> Flow[SagaRecord]:
         """Ask a running saga to stop at its next step boundary and unwind.

@@ -28,13 +28,14 @@ class Cursor:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunStep:
-    """Run attempt ``attempt`` of step ``name``; its retry policy counts the attempts
-    after ``base`` (0; a step a resume runs again after a pause: the attempts made before
-    it, so that it gets its policy's attempts again while their numbers keep counting)."""
+    """Run attempt ``attempt`` of step ``name``; its retry budget began after attempt
+    ``budget_from`` (0 but after an operator's retry, or a resume of a paused saga: the
+    attempts made before, so that the step gets its policy's attempts again while their
+    numbers keep counting)."""
 
     name: str
     attempt: int
-    base: int = 0
+    budget_from: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,14 +56,14 @@ class GiveUp:
 
 
 def next_attempt(
-    name: str, policy: RetryPolicy, recorded: StepRecord | None, base: int = 0
+    name: str, policy: RetryPolicy, recorded: StepRecord | None, budget_from: int = 0
 ) -> RunStep | GiveUp:
     """Step ``name``'s next attempt, or ``GiveUp`` when its policy allows no more: the
-    attempts recorded after ``base`` count, whichever process made them (a crash
+    attempts recorded after ``budget_from`` count, whichever process made them (a crash
     mid-attempt included)."""
     attempt = 1 if recorded is None else recorded.attempt + 1
-    if policy.allows(attempt - base):
-        return RunStep(name, attempt, base)
+    if policy.allows(attempt - budget_from):
+        return RunStep(name, attempt, budget_from)
     assert recorded is not None
     return GiveUp(name, recorded.attempt)
 

@@ -13,6 +13,7 @@ database gives are the completion order the unwinding follows.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import inspect
@@ -205,8 +206,10 @@ class Forward:
         cancellable = (
             step.kind is StepKind.COMPENSATABLE and not step.transactional and is_async(step.fn)
         )
-        limit = self.payload_limit
-        flow = branch(cursor, run, step.retry, step.timeout, step.fn, step.transactional, limit)
+        limit, policy = self.payload_limit, step.retry
+        if run.budget_from and policy.max_attempts is not None:  # a retry, or a resume
+            policy = dataclasses.replace(policy, max_attempts=policy.max_attempts + run.budget_from)
+        flow = branch(cursor, run, policy, step.timeout, step.fn, step.transactional, limit)
         return Branch(run.name, flow, cursor, cancellable)
 
     def _asked_to_stop(self, before: SagaRecord, cancel_in_flight: bool) -> Flow[None]:
@@ -375,7 +378,6 @@ def branch(
             data,
             transactional,
             payload_limit,
-            run.base,
         )
         encoded = None
         if not transactional:

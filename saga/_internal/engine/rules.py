@@ -7,11 +7,12 @@ what to write, what to refuse, or which way to go. ``Coordinator`` and
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
-from saga._internal.codec import MAX_KEY_BYTES, check_name
+from saga._internal.codec import MAX_KEY_BYTES, Encoded, check_name
 from saga._internal.definition import Saga
 from saga._internal.engine import decisions, records
 from saga._internal.errors import (
@@ -21,8 +22,8 @@ from saga._internal.errors import (
     SagaHandedBack,
 )
 from saga._internal.failure import recorded_failure
-from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord
-from saga._internal.status import SagaStatus
+from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord, StepWrite
+from saga._internal.status import SagaStatus, StepStatus
 from saga._internal.versions import record_version, started_with
 
 
@@ -159,6 +160,88 @@ def refuse_pause(record: SagaRecord) -> None:
         raise OperationRefusedError(
             record.id, f"saga {record.id} is {record.status.value}; only a running saga pauses"
         )
+
+
+RETRIED = frozenset({StepStatus.FAILED, StepStatus.IN_DOUBT})
+"""The steps ``saga retry`` runs again: the ones whose failure stopped the saga."""
+
+UNWOUND = frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED})
+
+
+def refuse_retry(record: SagaRecord) -> None:
+    """Only a declarative saga that failed going forward (past its pivot: nothing was
+    unwound) runs forward again; a failed compensation has its own ways out."""
+    if record.kind != "declarative":
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} is a context-manager saga: only its own code can run it "
+            "forward (re-enter the same coord.saga(name, key=...))",
+        )
+    if record.status is not SagaStatus.FAILED:
+        raise OperationRefusedError(
+            record.id, f"saga {record.id} is {record.status.value}; retry is for failed sagas"
+        )
+    if any(step.status in UNWOUND for step in record.steps):
+        raise OperationRefusedError(
+            record.id,
+            f"saga {record.id} failed while compensating; see retry-compensation and "
+            "mark-compensated",
+        )
+    if not any(step.status in RETRIED for step in record.steps):
+        raise OperationRefusedError(record.id, f"saga {record.id} has no failed step to retry")
+
+
+def refuse_skip(record: SagaRecord, step: str) -> None:
+    """``saga skip`` records the result of one of the steps ``retry`` would run again."""
+    refuse_retry(record)
+    failed = ", ".join(s.name for s in record.steps if s.status in RETRIED)
+    found = record.step(step)
+    if found is None or found.status not in RETRIED:
+        raise OperationRefusedError(
+            record.id,
+            f"step {step!r} of saga {record.id} did not fail; the failed steps: {failed}",
+        )
+
+
+def skipped(
+    record: SagaRecord, step: str, result: Encoded, reason: str, who: Mapping[str, str]
+) -> tuple[StepWrite, list[Event]]:
+    """Step ``step`` recorded as succeeded with ``result``, done by hand by ``who``:
+    its compensation (if ever run) gets that result."""
+    write_, event = records.succeeded(record, step, result)
+    marked = {"marked_by": f"{who.get('by')}@{who.get('host')}", "reason": reason}
+    by_hand = dataclasses.replace(event, detail={**(event.detail or {}), **marked})
+    return write_, [by_hand]
+
+
+def retry_guard(record: SagaRecord) -> ClaimGuard:
+    """Forward again needs the saga as it was read: still failed, nobody claimed it since."""
+    return ClaimGuard(frozenset({SagaStatus.FAILED}), record.epoch)
+
+
+Reopening = tuple[list[StepWrite], list[Event], list[decisions.RunStep]]
+"""The writes and events that turn a failed saga ``running`` again, and the step
+attempts they start."""
+
+
+def reopened(
+    record: SagaRecord, saga: Saga, done: tuple[StepWrite, list[Event]] | None = None
+) -> Reopening:
+    """What turns a failed saga ``running`` again: the starts of the next attempts of
+    its failed steps (writes and events), and those attempts. Each gets its step's whole
+    retry budget again (``budget_from``: the attempts made before), its number going on."""
+    by_hand = None if done is None else done[0].step.name
+    runs = [
+        decisions.RunStep(step.name, step.attempt + 1, budget_from=step.attempt)
+        for step in record.steps
+        if step.status in RETRIED and step.name != by_hand
+    ]
+    writes, events = records.start_all(saga, record, runs)
+    if done is not None:  # a step done by hand, its result recorded (saga skip)
+        writes, events = [done[0], *writes], [*done[1], *events]
+    why = "operator retry" if done is None else f"operator skip of step {by_hand!r}"
+    back = records.moved(record, SagaStatus.RUNNING, reason=why)
+    return writes, [*events, back], runs
 
 
 def refuse_cancel(record: SagaRecord) -> None:

@@ -1,0 +1,34 @@
+"""A saga that fails past its pivot until its cause is fixed, importable as
+``tests.cli.forward_steps`` (``--app``): ``invoice`` raises while the file named by the
+input's ``blocker`` exists, so a test "deploys the fix" by deleting it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from saga import RetryPolicy, Saga, StepContext
+
+FORWARD = Saga("cli-forward")
+ONCE = RetryPolicy(max_attempts=1)
+
+
+@FORWARD.step(retry=ONCE)
+def charge(ctx: StepContext) -> str:
+    return "charged"
+
+
+@charge.compensation
+def refund(ctx: StepContext) -> None:
+    return None
+
+
+@FORWARD.step(pivot=True, retry=ONCE)
+def ship(ctx: StepContext) -> str:
+    return "shipped"
+
+
+@FORWARD.step(retry=ONCE)
+def invoice(ctx: StepContext) -> int:
+    if Path(ctx.data["blocker"]).exists():
+        raise RuntimeError("invoice service down")
+    return ctx.attempt

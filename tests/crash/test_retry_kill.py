@@ -1,0 +1,99 @@
+"""An operator's ``saga retry`` killed with SIGKILL, then finished.
+
+The saga (tests/cli/forward_steps.py) failed at ``invoice``, past its pivot; the fix
+is deployed. The real ``saga retry`` is killed (``SAGA_FAULTS``):
+
+* right after its claim, before it records the saga running again: the saga is still
+  ``failed``, under the dead process's lease. Once that lease is gone (expired on
+  purpose), ``saga retry`` run again completes it, ``invoice`` run once.
+* right before the saga's final commit, ``invoice`` having run: the saga is ``running``
+  with ``invoice`` started and never confirmed. Recovery gives that step up in doubt
+  (its retried budget was the dead process's: see docs/recovery.md), so the saga is
+  ``failed`` again, nothing unwound; a second ``saga retry`` completes it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from saga import Coordinator, SagaFailed, SagaStatus, StepStatus
+from tests.children import log_tail, spawn
+from tests.cli.conftest import run_saga
+from tests.cli.forward_steps import FORWARD
+from tests.crash.invariants import check_history
+from tests.integration.support import expire_lease
+
+pytestmark = pytest.mark.crash
+
+APP = "tests.cli.forward_steps"
+
+
+def failed_then_fixed(coord: Coordinator, tmp_path: Path) -> str:
+    blocker = tmp_path / "down"
+    blocker.touch()
+    with pytest.raises(SagaFailed) as raised:
+        coord.run(FORWARD, data={"blocker": str(blocker)})
+    blocker.unlink()
+    return raised.value.saga_id
+
+
+def killed_retry(url: str, saga_id: str, fault: str, log: Path) -> None:
+    with log.open("a") as output:
+        child = spawn(
+            "saga.cli",
+            ["--db", url, "--app", APP, "retry", saga_id],
+            faults=fault,
+            stdout=output,
+            stderr=output,
+        )
+        assert child.wait(120) == -signal.SIGKILL, log_tail(log)
+
+
+def retried(url: str, saga_id: str, cwd: Path) -> dict[str, object]:
+    again = run_saga("--db", url, "--app", APP, "retry", saga_id, "--json", cwd=cwd)
+    assert again.returncode == 0, again.stdout + again.stderr
+    return dict(json.loads(again.stdout))
+
+
+def test_a_retry_killed_after_its_claim_is_run_again(db_url: str, tmp_path: Path) -> None:
+    with Coordinator(db_url) as coord:
+        coord.register(FORWARD)
+        saga_id = failed_then_fixed(coord, tmp_path)
+        killed_retry(db_url, saga_id, "before_retry_commit:invoice", tmp_path / "retry.log")
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.FAILED
+        assert view.step("invoice").attempt == 1  # nothing of the retry but its claim
+        expire_lease(coord, saga_id)
+
+        assert retried(db_url, saga_id, tmp_path)["status"] == "completed"
+        events = coord.store.events(saga_id)
+        assert [e.attempt for e in events if e.kind == "step_started" and e.step == "invoice"] == [
+            1,
+            2,
+        ]
+        check_history(coord.get(saga_id), events)
+
+
+def test_a_retry_killed_mid_run_fails_in_doubt_then_retries(db_url: str, tmp_path: Path) -> None:
+    with Coordinator(db_url) as coord:
+        coord.register(FORWARD)
+        saga_id = failed_then_fixed(coord, tmp_path)
+        killed_retry(db_url, saga_id, "before_final_commit", tmp_path / "retry.log")
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.RUNNING
+        assert view.step("invoice").status is StepStatus.RUNNING
+        expire_lease(coord, saga_id)
+
+        report = coord.recover()
+        assert [o.saga_id for o in report.outcomes] == [saga_id]
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.FAILED
+        assert view.step("invoice").status is StepStatus.IN_DOUBT
+        assert view.step("charge").status is StepStatus.SUCCEEDED  # never unwound
+
+        assert retried(db_url, saga_id, tmp_path)["status"] == "completed"
+        check_history(coord.get(saga_id), coord.store.events(saga_id))
