@@ -41,7 +41,7 @@ from saga._internal.engine.effects import (
     holding,
     write,
 )
-from saga._internal.engine.forward import Forward
+from saga._internal.engine.forward import Forward, retried_budgets
 from saga._internal.errors import (
     ConfigurationError,
     LeaseLostError,
@@ -141,7 +141,8 @@ class Engine:
         self, saga: Saga, record: SagaRecord, started: Sequence[RunStep] = ()
     ) -> Flow[SagaRecord]:
         """Carry ``record`` forward while its lease is kept alive (and watched for a stop)."""
-        run = Forward(saga, record, self.payload_limit, self.resolver)
+        budgets = {} if started else (yield from retried_budgets(saga, record))
+        run = Forward(saga, record, self.payload_limit, self.resolver, budgets)
         return (yield from holding(record, run.run(list(started)), watch=True))
 
     def unwind(

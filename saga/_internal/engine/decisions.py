@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Collection, Iterable, Sequence
+import types
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal, Protocol
 
 from saga._internal.definition import Saga, Step
@@ -53,15 +54,20 @@ class GiveUp:
         return f"gave up after {self.attempts} attempts that never returned"
 
 
-def next_attempt(name: str, policy: RetryPolicy, recorded: StepRecord | None) -> RunStep | GiveUp:
+def next_attempt(
+    name: str, policy: RetryPolicy, recorded: StepRecord | None, budget_from: int = 0
+) -> RunStep | GiveUp:
     """Step ``name``'s next attempt, or ``GiveUp`` when its policy allows no more: the
-    attempts recorded count, whichever process made them (a crash mid-attempt included)."""
+    attempts recorded count, whichever process made them (a crash mid-attempt included),
+    apart from the ``budget_from`` made before an operator's retry gave a fresh budget."""
     attempt = 1 if recorded is None else recorded.attempt + 1
-    if policy.allows(attempt):
-        return RunStep(name, attempt)
+    if policy.allows(attempt - budget_from):
+        return RunStep(name, attempt, budget_from)
     assert recorded is not None
     return GiveUp(name, recorded.attempt)
 
+
+_NO_BUDGETS: Mapping[str, int] = types.MappingProxyType({})
 
 NextStep = RunStep | Complete | GiveUp
 """What ``next_forward`` decides."""
@@ -97,15 +103,20 @@ def ready(
 
 
 def attempts(
-    ready: Iterable[Step], record: SagaRecord, limit: int | None
+    ready: Iterable[Step],
+    record: SagaRecord,
+    limit: int | None,
+    budgets: Mapping[str, int] = _NO_BUDGETS,
 ) -> list[RunStep] | GiveUp:
     """The next attempts of up to ``limit`` of the ``ready`` steps (taken in their order,
-    lazily); ``GiveUp`` for the first of them that used all its attempts."""
+    lazily); ``GiveUp`` for the first of them that used all its attempts. ``budgets``:
+    where an operator's retry began a step's fresh budget (see ``next_attempt``)."""
     found: list[RunStep] = []
     for step in ready:
         if limit is not None and len(found) >= limit:
             break  # limit 0 (no room left) starts nothing
-        run = next_attempt(step.name, step.retry, record.step(step.name))
+        recorded = record.step(step.name)
+        run = next_attempt(step.name, step.retry, recorded, budgets.get(step.name, 0))
         if isinstance(run, GiveUp):
             return run
         found.append(run)

@@ -18,7 +18,7 @@ import enum
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from saga._internal.codec import decode, encode_result
@@ -38,6 +38,7 @@ from saga._internal.engine.effects import (
     Flow,
     Launch,
     Load,
+    ReadHistory,
     Waited,
     hand_back,
     write,
@@ -45,7 +46,7 @@ from saga._internal.engine.effects import (
 from saga._internal.engine.frontier import Frontier
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed
 from saga._internal.policy import RetryPolicy
-from saga._internal.ports import Event, SagaRecord, StepWrite
+from saga._internal.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga._internal.status import SagaStatus, StepKind, StepStatus
 
 STOPPED = "stopped: cancel requested or deadline passed"
@@ -104,11 +105,16 @@ class Forward:
     """One forward run of a declarative saga's remaining steps."""
 
     def __init__(
-        self, saga: Saga, record: SagaRecord, payload_limit: int, resolver: CodeRefs
+        self,
+        saga: Saga,
+        record: SagaRecord,
+        payload_limit: int,
+        resolver: CodeRefs,
+        budgets: Mapping[str, int] | None = None,
     ) -> None:
         self.saga, self.record = saga, record
         self.payload_limit, self.resolver = payload_limit, resolver
-        self.frontier = Frontier(saga, record)
+        self.frontier = Frontier(saga, record, budgets)
         self.carried = Carried()
         self.running: set[str] = set()
         self.phase = Phase.GOING
@@ -333,3 +339,25 @@ def is_async(action: Callable[..., Any]) -> bool:
 
 def _text(error: BaseException | str) -> str:
     return error if isinstance(error, str) else records.describe(error)
+
+
+def retried_budgets(saga: Saga, record: SagaRecord) -> Flow[dict[str, int]]:
+    """Where an operator's retry began the fresh budget of each step still running past
+    the attempts its own policy allows (``budget_from`` on the retry's start of it), so
+    that a saga resumed after a crash mid-retry keeps that budget. The history is read
+    only for such a step: a saga never retried by an operator costs nothing more."""
+    spent = {s.name for s in record.steps if s.status is StepStatus.RUNNING and _spent(saga, s)}
+    if not spent:
+        return {}
+    budgets: dict[str, int] = {}
+    for event in (yield ReadHistory(record.id)):
+        begun = (event.detail or {}).get("budget_from")
+        if event.kind == "step_started" and event.step in spent and isinstance(begun, int):
+            budgets[event.step] = begun  # the latest retry's start wins
+    return budgets
+
+
+def _spent(saga: Saga, step: StepRecord) -> bool:
+    declared = saga.by_name(step.name)
+    limit = None if declared is None else declared.retry.max_attempts
+    return limit is not None and step.attempt >= limit

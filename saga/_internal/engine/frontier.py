@@ -10,7 +10,7 @@ cost per step that succeeds and per ready step.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 from saga._internal.definition import Saga, Step
 from saga._internal.engine.decisions import Complete, GiveUp, RunStep, attempts
@@ -21,7 +21,10 @@ from saga._internal.status import StepStatus
 class Frontier:
     """The steps whose prerequisites all succeeded and that have not succeeded yet."""
 
-    def __init__(self, saga: Saga, record: SagaRecord) -> None:
+    def __init__(
+        self, saga: Saga, record: SagaRecord, budgets: Mapping[str, int] | None = None
+    ) -> None:
+        self._budgets = budgets or {}  # fresh budgets an operator's retry gave (decisions)
         self._order: list[Step] = saga.order()
         self._position = {step.name: i for i, step in enumerate(self._order)}
         self._done = {s.name for s in record.steps if s.status is StepStatus.SUCCEEDED}
@@ -63,4 +66,5 @@ class Frontier:
         if self.complete:
             return Complete()
         steps = (self._order[position] for position in sorted(self._ready))
-        return attempts((step for step in steps if step.name not in running), record, limit)
+        waiting = (step for step in steps if step.name not in running)
+        return attempts(waiting, record, limit, self._budgets)

@@ -211,11 +211,19 @@ def reopened(
         if step.status in RETRIED and step.name != by_hand
     ]
     writes, events = records.start_all(saga, record, runs)
+    begun = {run.name: run.budget_from for run in runs}  # read back after a crash
+    events = [_budget_noted(event, begun) for event in events]
     if done is not None:  # a step done by hand, its result recorded (saga skip)
         writes, events = [done[0], *writes], [*done[1], *events]
     why = "operator retry" if done is None else f"operator skip of step {by_hand!r}"
     back = records.moved(record, SagaStatus.RUNNING, reason=why)
     return writes, [*events, back], runs
+
+
+def _budget_noted(event: Event, begun: Mapping[str, int]) -> Event:
+    if event.kind != "step_started" or event.step not in begun:
+        return event
+    return dataclasses.replace(event, detail={"budget_from": begun[event.step]})
 
 
 def refuse_cancel(record: SagaRecord) -> None:
