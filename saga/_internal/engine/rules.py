@@ -221,9 +221,10 @@ def reopened(
 
 
 def _budget_noted(event: Event, begun: Mapping[str, int]) -> Event:
-    if event.kind != "step_started" or event.step not in begun:
+    start = begun.get(event.step or "")
+    if event.kind != "step_started" or start is None:
         return event
-    return dataclasses.replace(event, detail={"budget_from": begun[event.step]})
+    return dataclasses.replace(event, detail={"budget_from": start})
 
 
 def refuse_cancel(record: SagaRecord) -> None:
