@@ -10,6 +10,7 @@ from saga import RetryPolicy, Saga, StepContext
 
 FORWARD = Saga("cli-forward")
 ONCE = RetryPolicy(max_attempts=1)
+TWICE = RetryPolicy(max_attempts=2, initial_delay=0.0, retry_on=(RuntimeError,))
 
 
 @FORWARD.step(retry=ONCE)
@@ -27,7 +28,7 @@ def ship(ctx: StepContext) -> str:
     return "shipped"
 
 
-@FORWARD.step(retry=ONCE)
+@FORWARD.step(retry=TWICE)
 def invoice(ctx: StepContext) -> int:
     if Path(ctx.data["blocker"]).exists():
         raise RuntimeError("invoice service down")

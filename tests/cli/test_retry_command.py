@@ -47,7 +47,7 @@ def test_retry_by_id_completes_the_saga_once_fixed(
 
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["status"] == "completed"
-    assert coord.get(saga_id).step("invoice").attempt == 2
+    assert coord.get(saga_id).step("invoice").attempt == 3  # attempts 1, 2 failed
     history = saga(db_url, "history", saga_id)
     assert "retry" in history.stdout
 

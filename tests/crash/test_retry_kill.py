@@ -7,9 +7,10 @@ is deployed. The real ``saga retry`` is killed (``SAGA_FAULTS``):
   ``failed``, under the dead process's lease. Once that lease is gone (expired on
   purpose), ``saga retry`` run again completes it, ``invoice`` run once.
 * right before the saga's final commit, ``invoice`` having run: the saga is ``running``
-  with ``invoice`` started and never confirmed. Recovery gives that step up in doubt
-  (its retried budget was the dead process's: see docs/recovery.md), so the saga is
-  ``failed`` again, nothing unwound; a second ``saga retry`` completes it.
+  with ``invoice`` started and never confirmed, past the attempts its own policy
+  allows. Recovery reads where the retry's fresh budget began and completes the saga
+  within it; if every attempt of that budget dies too, recovery gives the step up in
+  doubt, the saga is ``failed`` again, nothing unwound, and ``saga retry`` completes it.
 """
 
 from __future__ import annotations
@@ -41,16 +42,21 @@ def failed_then_fixed(coord: Coordinator, tmp_path: Path) -> str:
     return raised.value.saga_id
 
 
-def killed_retry(url: str, saga_id: str, fault: str, log: Path) -> None:
+def killed(url: str, command: list[str], fault: str, log: Path) -> None:
+    """``saga --db URL --app ... COMMAND``, killed with SIGKILL at ``fault``."""
     with log.open("a") as output:
         child = spawn(
             "saga.cli",
-            ["--db", url, "--app", APP, "retry", saga_id],
+            ["--db", url, "--app", APP, *command],
             faults=fault,
             stdout=output,
             stderr=output,
         )
         assert child.wait(120) == -signal.SIGKILL, log_tail(log)
+
+
+def killed_retry(url: str, saga_id: str, fault: str, log: Path) -> None:
+    killed(url, ["retry", saga_id], fault, log)
 
 
 def retried(url: str, saga_id: str, cwd: Path) -> dict[str, object]:
@@ -66,34 +72,56 @@ def test_a_retry_killed_after_its_claim_is_run_again(db_url: str, tmp_path: Path
         killed_retry(db_url, saga_id, "before_retry_commit:invoice", tmp_path / "retry.log")
         view = coord.get(saga_id)
         assert view.status is SagaStatus.FAILED
-        assert view.step("invoice").attempt == 1  # nothing of the retry but its claim
+        assert view.step("invoice").attempt == 2  # nothing of the retry but its claim
         expire_lease(coord, saga_id)
 
         assert retried(db_url, saga_id, tmp_path)["status"] == "completed"
         events = coord.store.events(saga_id)
-        assert [e.attempt for e in events if e.kind == "step_started" and e.step == "invoice"] == [
-            1,
-            2,
-        ]
+        started = [e.attempt for e in events if e.kind == "step_started" and e.step == "invoice"]
+        assert started == [1, 2, 3]
         check_history(coord.get(saga_id), events)
 
 
-def test_a_retry_killed_mid_run_fails_in_doubt_then_retries(db_url: str, tmp_path: Path) -> None:
+def test_a_retry_killed_mid_run_is_finished_by_recovery_within_its_fresh_budget(
+    db_url: str, tmp_path: Path
+) -> None:
     with Coordinator(db_url) as coord:
         coord.register(FORWARD)
-        saga_id = failed_then_fixed(coord, tmp_path)
+        saga_id = failed_then_fixed(coord, tmp_path)  # invoice: attempts 1 and 2 failed
         killed_retry(db_url, saga_id, "before_final_commit", tmp_path / "retry.log")
         view = coord.get(saga_id)
         assert view.status is SagaStatus.RUNNING
         assert view.step("invoice").status is StepStatus.RUNNING
+        assert view.step("invoice").attempt == 3  # past its policy's 2: the retry's budget
         expire_lease(coord, saga_id)
 
         report = coord.recover()
+
         assert [o.saga_id for o in report.outcomes] == [saga_id]
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.COMPLETED
+        assert view.step("invoice").attempt == 4  # the fresh budget's second attempt
+        assert view.step("charge").status is StepStatus.SUCCEEDED  # never unwound
+        check_history(view, coord.store.events(saga_id))
+
+
+def test_a_retry_whose_fresh_budget_crashes_used_up_fails_again_in_doubt(
+    db_url: str, tmp_path: Path
+) -> None:
+    with Coordinator(db_url) as coord:
+        coord.register(FORWARD)
+        saga_id = failed_then_fixed(coord, tmp_path)
+        killed_retry(db_url, saga_id, "before_final_commit", tmp_path / "retry.log")
+        expire_lease(coord, saga_id)
+        killed(db_url, ["recover"], "before_final_commit", tmp_path / "recover.log")
+        assert coord.get(saga_id).step("invoice").attempt == 4  # both of the budget's, died
+        expire_lease(coord, saga_id)
+
+        coord.recover()
+
         view = coord.get(saga_id)
         assert view.status is SagaStatus.FAILED
         assert view.step("invoice").status is StepStatus.IN_DOUBT
         assert view.step("charge").status is StepStatus.SUCCEEDED  # never unwound
-
         assert retried(db_url, saga_id, tmp_path)["status"] == "completed"
         check_history(coord.get(saga_id), coord.store.events(saga_id))

@@ -133,7 +133,7 @@ def test_a_saga_failed_past_its_pivot_is_retried_from_the_browser(
     blocker.unlink()  # the fix is deployed
     confirm(browser, acting, saga_id, "retry", "invoice service fixed")
     assert browser.find_element(By.ID, "status").text == "completed"
-    assert coord.get(saga_id).step("invoice").attempt == 2
+    assert coord.get(saga_id).step("invoice").attempt == 3
     (event,) = operator_events(coord, saga_id)
     assert (event["action"], event["source"], event["by"]) == ("retry", "web", "ann")
 

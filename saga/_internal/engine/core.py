@@ -42,7 +42,7 @@ from saga._internal.engine.effects import (
     holding,
     write,
 )
-from saga._internal.engine.forward import Forward
+from saga._internal.engine.forward import Forward, retried_budgets
 from saga._internal.errors import (
     ConfigurationError,
     LeaseLostError,
@@ -143,10 +143,10 @@ class Engine:
         saga: Saga,
         record: SagaRecord,
         started: Sequence[RunStep] = (),
-        bases: dict[str, int] | None = None,
     ) -> Flow[SagaRecord]:
         """Carry ``record`` forward while its lease is kept alive (and watched for a stop)."""
-        run = Forward(saga, record, self.payload_limit, self.resolver, bases)
+        budgets = {} if started else (yield from retried_budgets(saga, record))
+        run = Forward(saga, record, self.payload_limit, self.resolver, budgets)
         return (yield from holding(record, run.run(list(started)), watch=True))
 
     def unwind(
@@ -334,10 +334,9 @@ class Engine:
         who = yield WHO_ASKS
         claim = self._claim(saga_id, rules.by_operator("resume", who), rules.resume_guard(record))
         record = yield from self.guarded(claim, saga_id, rules.refuse_resume)
-        bases = None
-        if record.status is SagaStatus.PAUSED:
-            record, bases = yield from pausing.unpause(record)
-        return (yield from self.forward(saga, record, bases=bases))
+        if record.status is SagaStatus.PAUSED:  # its parked steps again, fresh budgets
+            return (yield from self._reopen(saga, record, rules.reopened(record, saga)))
+        return (yield from self.forward(saga, record))
 
     def pause(self, saga_id: str) -> Flow[SagaRecord]:
         """Hold a running declarative saga at its next step boundary, nothing compensated
@@ -376,7 +375,8 @@ class Engine:
     def _reopen(
         self, saga: Saga, record: SagaRecord, reopening: rules.Reopening
     ) -> Flow[SagaRecord]:
-        """Commit the turn of a failed saga back to ``running``, then carry it forward."""
+        """Commit the turn of a failed (or paused) saga back to ``running``, then carry it
+        forward."""
         writes, events, runs = reopening
         yield Fault("before_retry_commit", runs[0].name if runs else None)
         record = yield from write(record, writes, events, SagaStatus.RUNNING)

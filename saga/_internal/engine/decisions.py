@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Literal, Protocol
 
@@ -29,9 +30,7 @@ class Cursor:
 @dataclasses.dataclass(frozen=True, slots=True)
 class RunStep:
     """Run attempt ``attempt`` of step ``name``; its retry budget began after attempt
-    ``budget_from`` (0 but after an operator's retry, or a resume of a paused saga: the
-    attempts made before, so that the step gets its policy's attempts again while their
-    numbers keep counting)."""
+    ``budget_from`` (0 but after an operator's retry)."""
 
     name: str
     attempt: int
@@ -59,14 +58,16 @@ def next_attempt(
     name: str, policy: RetryPolicy, recorded: StepRecord | None, budget_from: int = 0
 ) -> RunStep | GiveUp:
     """Step ``name``'s next attempt, or ``GiveUp`` when its policy allows no more: the
-    attempts recorded after ``budget_from`` count, whichever process made them (a crash
-    mid-attempt included)."""
+    attempts recorded count, whichever process made them (a crash mid-attempt included),
+    apart from the ``budget_from`` made before an operator's retry gave a fresh budget."""
     attempt = 1 if recorded is None else recorded.attempt + 1
     if policy.allows(attempt - budget_from):
         return RunStep(name, attempt, budget_from)
     assert recorded is not None
     return GiveUp(name, recorded.attempt)
 
+
+_NO_BUDGETS: Mapping[str, int] = types.MappingProxyType({})
 
 NextStep = RunStep | Complete | GiveUp
 """What ``next_forward`` decides."""
@@ -79,11 +80,7 @@ def next_forward(saga: Saga, record: SagaRecord) -> NextStep:
 
 
 def ready(
-    saga: Saga,
-    record: SagaRecord,
-    running: Collection[str],
-    limit: int | None = None,
-    bases: Mapping[str, int] | None = None,
+    saga: Saga, record: SagaRecord, running: Collection[str], limit: int | None = None
 ) -> list[RunStep] | Complete | GiveUp:
     """Steps whose prerequisites all succeeded and that are not running yet.
 
@@ -102,24 +99,24 @@ def ready(
         and step.name not in running
         and all(d in done for d in deps[step.name])
     )
-    return attempts(candidates, record, limit, bases)
+    return attempts(candidates, record, limit)
 
 
 def attempts(
     ready: Iterable[Step],
     record: SagaRecord,
     limit: int | None,
-    bases: Mapping[str, int] | None = None,
+    budgets: Mapping[str, int] = _NO_BUDGETS,
 ) -> list[RunStep] | GiveUp:
     """The next attempts of up to ``limit`` of the ``ready`` steps (taken in their order,
-    lazily); ``GiveUp`` for the first of them that used all its attempts (after its
-    ``bases`` entry: see :class:`RunStep`)."""
+    lazily); ``GiveUp`` for the first of them that used all its attempts. ``budgets``:
+    where an operator's retry began a step's fresh budget (see ``next_attempt``)."""
     found: list[RunStep] = []
     for step in ready:
         if limit is not None and len(found) >= limit:
             break  # limit 0 (no room left) starts nothing
-        base = bases.get(step.name, 0) if bases else 0
-        run = next_attempt(step.name, step.retry, record.step(step.name), base)
+        recorded = record.step(step.name)
+        run = next_attempt(step.name, step.retry, recorded, budgets.get(step.name, 0))
         if isinstance(run, GiveUp):
             return run
         found.append(run)
@@ -229,14 +226,6 @@ def undo_stack(record: SagaRecord) -> list[StepRecord]:
 def _completion(step: StepRecord) -> tuple[float, int]:
     finished = math.inf if step.finished_at is None else step.finished_at
     return (finished, step.seq)
-
-
-def resumed_bases(record: SagaRecord) -> dict[str, int]:
-    """For a paused saga being resumed: the steps it will run again (their last attempt
-    failed, gave up, or never ended) with the attempts they already made, so that each
-    gets its retry policy's attempts again (:class:`RunStep`'s ``base``)."""
-    again = (StepStatus.FAILED, StepStatus.IN_DOUBT, StepStatus.RUNNING)
-    return {step.name: step.attempt for step in record.steps if step.status in again}
 
 
 def stop_reason(record: SagaRecord) -> str:

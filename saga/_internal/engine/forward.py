@@ -18,7 +18,7 @@ import enum
 import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from saga._internal.codec import decode, encode_result
@@ -46,7 +46,7 @@ from saga._internal.engine.effects import (
 from saga._internal.engine.frontier import Frontier
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.policy import RetryPolicy
-from saga._internal.ports import Event, SagaRecord, StepWrite
+from saga._internal.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga._internal.status import SagaStatus, StepKind, StepStatus
 
 STOPPED = "stopped: cancel requested or deadline passed"
@@ -113,14 +113,12 @@ class Forward:
         record: SagaRecord,
         payload_limit: int,
         resolver: CodeRefs,
-        bases: dict[str, int] | None = None,
+        budgets: Mapping[str, int] | None = None,
     ) -> None:
         self.saga, self.record = saga, record
-        self.bases = bases or {}  # steps a resume runs again: see decisions.RunStep
         self.paused_why = ""
-        self.bases_read = bases is not None  # a resume gave them: the history has no more
         self.payload_limit, self.resolver = payload_limit, resolver
-        self.frontier = Frontier(saga, record)
+        self.frontier = Frontier(saga, record, budgets)
         self.carried = Carried()
         self.running: set[str] = set()
         self.phase = Phase.GOING
@@ -134,6 +132,11 @@ class Forward:
     def run(self, started: list[RunStep]) -> Flow[SagaRecord]:
         """Carry the saga forward; ``started`` steps are already durably started.
         Returns the completed record, or raises ``SagaFailed`` once it unwound."""
+        if started and self.record.stop:  # the commit that started them answered "stop"
+            yield from self._asked_to_stop(self.record, cancel_in_flight=False)
+            if self._stopping:  # a deadline passed while paused, say: they never run
+                self.not_run.extend(run.name for run in started)
+                started = []
         yield from self._launch(started)
         while True:
             if self._stopping and not self.running:
@@ -142,12 +145,11 @@ class Forward:
                 raise (yield from self._stop())
             if not self._stopping:
                 room = self.saga.max_concurrency - len(self.running)
-                decision = self.frontier.ready(self._ahead(), self.running, room, self.bases)
+                decision = self.frontier.ready(self._ahead(), self.running, room)
                 if isinstance(decision, Complete):
                     return (yield from self._complete())
                 if isinstance(decision, GiveUp):
-                    if not (yield from self._resumed_budget(decision.name)):
-                        yield from self._give_up(decision.name, decision.why)
+                    yield from self._give_up(decision.name, decision.why)
                     continue
                 if decision and not self.draining:
                     self.draining = yield DRAINING  # stopping: no new step starts here
@@ -256,19 +258,6 @@ class Forward:
         else:
             write_, event = records.failed(self._ahead(), name, _text(finished.error))
         self.carried.add(write_, event)
-
-    def _resumed_budget(self, name: str) -> Flow[bool]:
-        """Whether step ``name``, out of attempts, was given its attempts again by the
-        resume of a paused saga (recorded with the resume: a recovery after the resuming
-        process died honours it too). Read from the history once, in this rare case."""
-        if self.bases_read:
-            return False
-        self.bases_read = True
-        history = yield ReadHistory(self.record.id)
-        resumed = [e for e in history if e.kind == "saga_running" and e.detail]
-        budgets = (resumed[-1].detail or {}).get("attempts_before", {}) if resumed else {}
-        self.bases.update({k: int(v) for k, v in budgets.items() if k not in self.bases})
-        return name in budgets
 
     def _give_up(self, name: str, error: BaseException | str) -> Flow[None]:
         """Step ``name`` failed for good. If its retries ran out (an error its policy
@@ -404,3 +393,25 @@ def is_async(action: Callable[..., Any]) -> bool:
 
 def _text(error: BaseException | str) -> str:
     return error if isinstance(error, str) else records.describe(error)
+
+
+def retried_budgets(saga: Saga, record: SagaRecord) -> Flow[dict[str, int]]:
+    """Where an operator's retry began the fresh budget of each step still running past
+    the attempts its own policy allows (``budget_from`` on the retry's start of it), so
+    that a saga resumed after a crash mid-retry keeps that budget. The history is read
+    only for such a step: a saga never retried by an operator costs nothing more."""
+    spent = {s.name for s in record.steps if s.status is StepStatus.RUNNING and _spent(saga, s)}
+    if not spent:
+        return {}
+    budgets: dict[str, int] = {}
+    for event in (yield ReadHistory(record.id)):
+        begun = (event.detail or {}).get("budget_from")
+        if event.kind == "step_started" and event.step in spent and isinstance(begun, int):
+            budgets[event.step] = begun  # the latest retry's start wins
+    return budgets
+
+
+def _spent(saga: Saga, step: StepRecord) -> bool:
+    declared = saga.by_name(step.name)
+    limit = None if declared is None else declared.retry.max_attempts
+    return limit is not None and step.attempt >= limit

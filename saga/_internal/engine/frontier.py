@@ -21,7 +21,10 @@ from saga._internal.status import StepStatus
 class Frontier:
     """The steps whose prerequisites all succeeded and that have not succeeded yet."""
 
-    def __init__(self, saga: Saga, record: SagaRecord) -> None:
+    def __init__(
+        self, saga: Saga, record: SagaRecord, budgets: Mapping[str, int] | None = None
+    ) -> None:
+        self._budgets = budgets or {}  # fresh budgets an operator's retry gave (decisions)
         self._order: list[Step] = saga.order()
         self._position = {step.name: i for i, step in enumerate(self._order)}
         self._done = {s.name for s in record.steps if s.status is StepStatus.SUCCEEDED}
@@ -56,16 +59,12 @@ class Frontier:
                 self._ready.add(self._position[dependent])
 
     def ready(
-        self,
-        record: SagaRecord,
-        running: Collection[str],
-        limit: int | None = None,
-        bases: Mapping[str, int] | None = None,
+        self, record: SagaRecord, running: Collection[str], limit: int | None = None
     ) -> list[RunStep] | Complete | GiveUp:
         """What :func:`~.decisions.ready` would answer for ``record`` (whose succeeded steps
         are the ones reported to :meth:`succeeded`)."""
         if self.complete:
             return Complete()
         steps = (self._order[position] for position in sorted(self._ready))
-        ready = (step for step in steps if step.name not in running)
-        return attempts(ready, record, limit, bases)
+        waiting = (step for step in steps if step.name not in running)
+        return attempts(waiting, record, limit, self._budgets)

@@ -1,9 +1,10 @@
-"""Pausing: an operator's pause of a running saga, and a paused saga going on again.
+"""Pausing: an operator's pause of a running saga, the flow behind ``Engine.pause``.
 
-The flows behind ``Engine.pause`` and the paused half of ``Engine.resume``: a saga
-held at a step boundary for a person (docs/recovery.md, "Paused sagas, in detail").
-The owner's side, stopping at its next step boundary and handing the saga back, is
-``Forward``'s (``Phase.PAUSING``); a step's ``on_exhausted="pause"`` leads there too.
+A saga held at a step boundary for a person (docs/recovery.md, "Paused sagas, in
+detail"). The owner's side, stopping at its next step boundary and handing the saga
+back, is ``Forward``'s (``Phase.PAUSING``); a step's ``on_exhausted="pause"`` leads
+there too. ``Engine.resume`` reopens a paused saga as ``saga retry`` reopens a failed
+one (``rules.reopened``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from saga._internal.engine import records, rules
-from saga._internal.engine.decisions import resumed_bases
 from saga._internal.engine.effects import WHO_ASKS, Fault, Flow, RequestPause, Tell, write
 from saga._internal.errors import OperationRefusedError
 from saga._internal.ports import ClaimGuard, Event, SagaRecord
@@ -60,14 +60,3 @@ def pause(engine: Engine, saga_id: str) -> Flow[SagaRecord]:
 def _request(record: SagaRecord, event: Event) -> Flow[None]:
     yield RequestPause(record.id, event, rules.pause_guard())
     yield Tell(record, (event,))
-
-
-def unpause(record: SagaRecord) -> Flow[tuple[SagaRecord, dict[str, int]]]:
-    """Turn a paused saga the operator claimed ``running`` again; return it with the
-    attempts its steps to run again made before (``RunStep.budget_from``), recorded in
-    the same event so that a recovery after this process died gives them the same
-    fresh budget (``Forward._resumed_budget``)."""
-    bases = resumed_bases(record)
-    detail = {"reason": "operator resume", "attempts_before": bases}
-    event = records.moved(record, SagaStatus.RUNNING, **detail)
-    return (yield from write(record, [], [event], SagaStatus.RUNNING)), bases

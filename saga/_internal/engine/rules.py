@@ -219,6 +219,10 @@ def retry_guard(record: SagaRecord) -> ClaimGuard:
     return ClaimGuard(frozenset({SagaStatus.FAILED}), record.epoch)
 
 
+RESUMED = RETRIED | {StepStatus.RUNNING}
+"""The steps resuming a paused saga runs again: parked when their retries ran out, or
+started and never ended (a crash, or the commit that learnt of the pause)."""
+
 Reopening = tuple[list[StepWrite], list[Event], list[decisions.RunStep]]
 """The writes and events that turn a failed saga ``running`` again, and the step
 attempts they start."""
@@ -227,21 +231,33 @@ attempts they start."""
 def reopened(
     record: SagaRecord, saga: Saga, done: tuple[StepWrite, list[Event]] | None = None
 ) -> Reopening:
-    """What turns a failed saga ``running`` again: the starts of the next attempts of
-    its failed steps (writes and events), and those attempts. Each gets its step's whole
-    retry budget again (``budget_from``: the attempts made before), its number going on."""
+    """What turns a failed (or paused) saga ``running`` again: the starts of the next
+    attempts of its failed (or parked) steps (writes and events), and those attempts.
+    Each gets its step's whole retry budget again (``budget_from``: the attempts made
+    before), its number going on."""
     by_hand = None if done is None else done[0].step.name
+    paused = record.status is SagaStatus.PAUSED
     runs = [
         decisions.RunStep(step.name, step.attempt + 1, budget_from=step.attempt)
         for step in record.steps
-        if step.status in RETRIED and step.name != by_hand
+        if step.status in (RESUMED if paused else RETRIED) and step.name != by_hand
     ]
     writes, events = records.start_all(saga, record, runs)
+    begun = {run.name: run.budget_from for run in runs}  # read back after a crash
+    events = [_budget_noted(event, begun) for event in events]
     if done is not None:  # a step done by hand, its result recorded (saga skip)
         writes, events = [done[0], *writes], [*done[1], *events]
     why = "operator retry" if done is None else f"operator skip of step {by_hand!r}"
+    why = "operator resume" if paused else why
     back = records.moved(record, SagaStatus.RUNNING, reason=why)
     return writes, [*events, back], runs
+
+
+def _budget_noted(event: Event, begun: Mapping[str, int]) -> Event:
+    start = begun.get(event.step or "")
+    if event.kind != "step_started" or start is None:
+        return event
+    return dataclasses.replace(event, detail={"budget_from": start})
 
 
 def refuse_cancel(record: SagaRecord) -> None:
