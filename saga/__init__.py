@@ -41,6 +41,7 @@ from saga._internal.errors import (
 )
 from saga._internal.listening import Listener, SagaEvent
 from saga._internal.policy import DEFAULT_COMPENSATION_RETRY, DEFAULT_STEP_RETRY, RetryPolicy
+from saga._internal.reconciled import Reconciled
 from saga._internal.resources import Resources
 from saga._internal.status import SagaStatus, StepKind, StepStatus
 from saga._internal.transient import is_transient
@@ -106,6 +107,7 @@ __all__ = [
     "Listener",
     "OperationRefusedError",
     "PayloadError",
+    "Reconciled",
     "RecordedError",
     "RecoveryOutcome",
     "RecoveryReport",

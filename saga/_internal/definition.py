@@ -99,6 +99,7 @@ class Step:
     undo_retry: RetryPolicy = DEFAULT_COMPENSATION_RETRY
     declared_result_type: Any = None
     declared_compensation_result_type: Any = None
+    reconciler: StepFn | None = None
     on_exhausted: OnExhausted | None = None
 
     @property
@@ -143,6 +144,18 @@ class Step:
             return undo
 
         return attach(fn) if fn is not None else attach
+
+    def reconcile(self, fn: StepFn, /) -> StepFn:
+        """Declare how to learn whether an attempt of this step that never reported back
+        happened (``@charge.reconcile``): called with the step's context (its
+        ``idempotency_key``, ``attempt``, ``data``), sync or async, it returns
+        ``Reconciled.done(result)``, ``Reconciled.not_done()`` or ``Reconciled.unknown()``
+        (None, or an error, counts as unknown). Recovery asks before it re-runs or
+        compensates such an attempt; see docs/recovery.md."""
+        if self.reconciler is not None:
+            raise DefinitionError(f"step {self.name!r} already has a reconcile function")
+        self.reconciler = fn
+        return fn
 
 
 class Saga:

@@ -41,14 +41,17 @@ def list_page(
     counts: Mapping[SagaStatus, int],
     filters: Filters,
     error: str | None = None,
+    bulk: str = "",
 ) -> str:
-    """The whole list page; ``result`` is None when the filters were refused (``error``)."""
+    """The whole list page; ``result`` is None when the filters were refused (``error``).
+    ``bulk``: the links that act on every saga the filters match (actions enabled)."""
     body = [_counts(counts), _form(filters)]
     if error:
         body.append(f'<p class="error" id="error">{text(error)}</p>')
     if result is not None:
         body.append(_rows(result))
         body.append(_paging(result, filters))
+        body.append(bulk if result.sagas else "")
     return page("sagas", "".join(body))
 
 

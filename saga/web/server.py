@@ -27,7 +27,7 @@ from saga._internal.errors import (
 )
 from saga._internal.explanation import explain, scrub
 from saga._internal.ports import DEFAULT_LIST_LIMIT
-from saga.web import actions, saga_page
+from saga.web import actions, bulk_page, saga_page
 from saga.web.list_page import COUNT_CAP, Filters, list_page
 from saga.web.markup import ROOT
 from saga.web.pages import diff_page, error_page, login_page
@@ -85,7 +85,11 @@ class Console:
         except (ConfigurationError, UnknownSagaError) as error:
             problem = self.scrubbed(explain(error)[1])
             return self.html(list_page(None, counts, filters, problem), 400)
-        return self.html(list_page(result, counts, filters))
+        given = any((filters.statuses, filters.name, filters.key, filters.stuck, filters.age))
+        bulk = bulk_page.bulk_links(filters, list(admin.VERBS)) if given else ""
+        return self.html(
+            list_page(result, counts, filters, bulk=bulk if self.allow_actions else "")
+        )
 
     def _page(self, filters: Filters, request: Request) -> admin.SagaPage:
         age = filters.age.strip()
@@ -162,6 +166,34 @@ class Console:
             shown = view.id
         where = f"{ROOT.get()}/saga/{quote(shown, safe='')}?done={verb.name}"
         return RedirectResponse(where, 303, headers=_HEADERS)
+
+    async def bulk_confirm(self, request: Request) -> Response:
+        verb = self._bulk_verb(request)
+        filters = _filters(request)
+        report = await run_in_threadpool(bulk_page.planned, self.coord, verb, filters)
+        return self.html(bulk_page.confirm_page(verb, report, filters, self.guard.csrf()))
+
+    async def bulk_act(self, request: Request) -> Response:
+        verb = self._bulk_verb(request)
+        form = await _form(request)
+        if not self.guard.csrf_ok(form.get("csrf", "")):
+            return self.html(error_page("the form is stale or forged (CSRF check); reload it"), 403)
+        reason, user = form.get("reason", "").strip(), form.get("operator", "").strip()
+        if not user or not reason:
+            raise ConfigurationError("say who you are and why: both are recorded with the action")
+        client = request.client.host if request.client else "unknown"
+        who = {"source": "web", "by": user, "reason": reason, "client": client}
+        filters = bulk_page.filters_of(form)
+        report = await run_in_threadpool(bulk_page.acted, self.coord, verb, filters, who)
+        return self.html(bulk_page.report_page(report), 200 if report.ok else 409)
+
+    def _bulk_verb(self, request: Request) -> str:
+        if not self.allow_actions:
+            raise ReadOnly
+        verb = str(request.path_params["verb"])
+        if verb not in admin.VERBS:
+            raise ConfigurationError(f"no action {verb!r} on many; one of {', '.join(admin.VERBS)}")
+        return verb
 
     def _verb(self, request: Request) -> actions.Verb:
         if not self.allow_actions:
@@ -277,6 +309,8 @@ def app(
         Route("/saga/{saga_id}", g(console.saga)),
         Route("/saga/{saga_id}/confirm/{verb}", g(console.confirm)),
         Route("/saga/{saga_id}/action/{verb}", g(console.act), methods=["POST"]),
+        Route("/bulk/confirm/{verb}", g(console.bulk_confirm)),
+        Route("/bulk/action/{verb}", g(console.bulk_act), methods=["POST"]),
         Route("/diff", g(console.diff)),
         Route("/login", g(console.login, public=True), methods=["GET", "POST"]),
     ]

@@ -162,6 +162,7 @@ PUBLIC_NAMES = [
     "Listener",
     "OperationRefusedError",
     "PayloadError",
+    "Reconciled",
     "RecordedError",
     "RecoveryOutcome",
     "RecoveryReport",

@@ -202,3 +202,46 @@ def test_an_action_whose_compensation_waits_for_a_worker_is_a_notice_not_an_erro
         notice,
     ), notice
     assert browser.find_element(By.ID, "status").text == "compensating"
+
+
+def test_the_list_acts_on_every_saga_its_filters_match_after_confirming(
+    acting: Server, browser: WebDriver, coord: Coordinator, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "down"
+    failed = {failed_past_pivot(coord, blocker) for _ in range(2)}
+    blocker.unlink()  # the fix is deployed: retry both from the list
+    browser.get(f"{acting.base}/?name=cli-forward&status=failed")
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, '#bulk a[data-verb="retry"]'))
+    listed = {
+        row.get_attribute("data-id")
+        for row in browser.find_elements(By.CSS_SELECTOR, "tr.bulk-item")
+    }
+    assert failed <= listed  # every match is shown before anything is done
+    assert {coord.get(i).status for i in failed} == {SagaStatus.FAILED}
+    browser.find_element(By.ID, "operator").send_keys("ann")
+    browser.find_element(By.ID, "reason").send_keys("invoice service fixed")
+    navigate(browser, browser.find_element(By.ID, "confirm"))
+    assert "retry:" in browser.find_element(By.ID, "bulk-result").text
+    assert {coord.get(i).status for i in failed} == {SagaStatus.COMPLETED}
+    for saga_id in failed:
+        (event,) = operator_events(coord, saga_id)
+        assert (event["action"], event["source"], event["by"]) == ("retry", "web", "ann")
+
+
+def test_acting_on_many_needs_a_filter_and_a_genuine_form(
+    acting: Server, coord: Coordinator, tmp_path: Path
+) -> None:
+    saga_id = failed_past_pivot(coord, tmp_path / "down")
+    before = coord.history(saga_id)
+    with httpx.Client(base_url=acting.base) as client:
+        unfiltered = client.get("/bulk/confirm/retry")
+        assert unfiltered.status_code == 400
+        assert "at least one filter" in unfiltered.text
+        page = client.get("/bulk/confirm/retry?name=cli-forward&status=failed").text
+        assert saga_id in page
+        forged = client.post(
+            "/bulk/action/retry",
+            data={"operator": "ann", "reason": "x", "csrf": "0" * 64, "name": "cli-forward"},
+        )
+        assert forged.status_code == 403
+    assert coord.history(saga_id) == before

@@ -23,7 +23,7 @@ from typing import Any
 
 from saga._internal.codec import decode, encode_result
 from saga._internal.definition import Saga
-from saga._internal.engine import records, unwind
+from saga._internal.engine import reconcile, records, unwind
 from saga._internal.engine.attempts import attempts, recorded
 from saga._internal.engine.decisions import Complete, Cursor, GiveUp, RunStep, past_pivot
 from saga._internal.engine.decisions import pivot_may_have_acted as may_have_acted
@@ -128,10 +128,13 @@ class Forward:
         self.draining = False
         self.not_run: list[str] = []
         self.completed: list[str] = []
+        self.did_not_happen: set[str] = set()  # reconciled: the attempt in doubt did not act
 
     def run(self, started: list[RunStep]) -> Flow[SagaRecord]:
         """Carry the saga forward; ``started`` steps are already durably started.
         Returns the completed record, or raises ``SagaFailed`` once it unwound."""
+        if not started:  # carried on after a crash: ask about attempts in doubt first
+            yield from self._reconcile()
         if started and self.record.stop:  # the commit that started them answered "stop"
             yield from self._asked_to_stop(self.record, cancel_in_flight=False)
             if self._stopping:  # a deadline passed while paused, say: they never run
@@ -149,7 +152,7 @@ class Forward:
                 if isinstance(decision, Complete):
                     return (yield from self._complete())
                 if isinstance(decision, GiveUp):
-                    yield from self._give_up(decision.name, decision.why)
+                    yield from self._give_up(decision.name, self._given_up(decision))
                     continue
                 if decision and not self.draining:
                     self.draining = yield DRAINING  # stopping: no new step starts here
@@ -162,6 +165,28 @@ class Forward:
                 if not self.running:
                     continue
             yield from self._collect_all((yield WAIT))
+
+    def _reconcile(self) -> Flow[None]:
+        """Ask the steps whose attempt is in doubt whether it happened: done, it is
+        recorded succeeded and not run again; otherwise the answer is noted and the step
+        runs again as it would have."""
+        for step in reconcile.in_doubt(self.saga, self.record):
+            answer = yield from reconcile.ask(self.saga, self.record, step, self.payload_limit)
+            if answer.outcome == "done":
+                limit = self.payload_limit
+                self.record = yield from reconcile.recorded_done(self.record, step, answer, limit)
+                self.frontier.succeeded(step.name)
+                continue
+            if answer.outcome == "not_done":
+                self.did_not_happen.add(step.name)
+            self.record = yield from reconcile.noted(self.record, step, answer)
+
+    def _given_up(self, decision: GiveUp) -> BaseException | str:
+        """Why a step whose attempts are used up failed: a text (its outcome unknown, so
+        in doubt) unless its reconcile function said its last attempt did not happen."""
+        if decision.name in self.did_not_happen:
+            return reconcile.NotDone(f"{decision.why}; reconciled: it did not happen")
+        return decision.why
 
     @property
     def _stopping(self) -> bool:
@@ -265,7 +290,10 @@ class Forward:
         it is recorded failed and the saga is parked ``paused`` once the steps in flight
         ended; otherwise the saga fails as ever (:meth:`_fail_first`)."""
         step = self.saga.by_name(name)
-        retried = isinstance(error, str) or (step is not None and step.retry.retries(error))
+        # Used up: an error its policy retries, or attempts that never returned (even
+        # those a reconcile function said did not happen).
+        used_up = isinstance(error, str | reconcile.NotDone)
+        retried = used_up or (step is not None and step.retry.retries(error))
         if not (retried and self.saga.pauses_when_exhausted(name)):
             yield from self._fail_first(name, error)
             return

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from saga._internal.codec import decode
+from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT, decode
 from saga._internal.context import StepContext
 from saga._internal.definition import Saga
-from saga._internal.engine import records
+from saga._internal.engine import reconcile, records
 from saga._internal.engine.attempts import (
     Retries,
     in_transaction,
@@ -107,6 +107,8 @@ def unwind(
     ``fresh``: compensations get their whole retry budget again (an operator's retry)."""
     check_compensations(resolver, record, saga)
     yield Fault("before_unwind")
+    if saga is not None:
+        record = yield from _reconciled(record, saga)
     for step in undo_stack(record):
         record = yield from _undo(resolver, record, step, saga, fresh)
     status = unwound_status(record)
@@ -114,6 +116,21 @@ def unwind(
     yield Fault("before_final_commit")
     record = yield from write(record, settled, [*events, records.moved(record, status)], status)
     yield Fault("after_final_commit")
+    return record
+
+
+def _reconciled(record: SagaRecord, saga: Saga) -> Flow[SagaRecord]:
+    """Ask the steps whose attempt is in doubt whether it happened, before compensating:
+    done, the compensation gets the answer's result; not done, there is nothing to
+    compensate (the step is recorded skipped); unknown, it is compensated as before."""
+    for step in reconcile.in_doubt(saga, record):
+        answer = yield from reconcile.ask(saga, record, step, DEFAULT_PAYLOAD_LIMIT)
+        if answer.outcome == "done":
+            record = yield from reconcile.recorded_done(record, step, answer, DEFAULT_PAYLOAD_LIMIT)
+        elif answer.outcome == "not_done":
+            record = yield from reconcile.recorded_not_done(record, step)
+        else:
+            record = yield from reconcile.noted(record, step, answer)
     return record
 
 
