@@ -292,8 +292,9 @@ class Forward:
         step = self.saga.by_name(name)
         # Used up: an error its policy retries, or attempts that never returned (even
         # those a reconcile function said did not happen).
-        used_up = isinstance(error, str | reconcile.NotDone)
-        retried = used_up or (step is not None and step.retry.retries(error))
+        retried = isinstance(error, str | reconcile.NotDone) or (
+            step is not None and step.retry.retries(error)
+        )
         if not (retried and self.saga.pauses_when_exhausted(name)):
             yield from self._fail_first(name, error)
             return
