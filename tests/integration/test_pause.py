@@ -397,3 +397,22 @@ def test_a_paused_saga_still_held_by_its_owner_waits_for_it(
     assert (handed.status, handed.owner, handed.epoch) == (SagaStatus.PAUSED, None, 2)
     with pytest.raises(OperationRefusedError, match="paused already"):
         operator.pause(saga_id)
+
+
+def test_a_step_reconciled_as_not_done_when_out_of_attempts_pauses_when_asked(
+    make_coord: MakeCoordinator,
+) -> None:
+    from tests.integration.test_reconcile import ONCE, Provider, _crashed, _order
+
+    provider = Provider()
+    provider.die = "before"  # its only attempt dies before reaching the provider
+    saga = _order(provider, "pause-reconciled", pivot=True, retry=ONCE, on_exhausted="pause")
+    coord, saga_id = _crashed(make_coord, saga)
+    coord.recover()
+    view = coord.get(saga_id)
+    # Out of attempts, and the provider says it never charged: parked, nothing undone.
+    assert view.status is SagaStatus.PAUSED
+    assert view.step("charge").status is StepStatus.FAILED
+    assert provider.calls == ["charge#1", "reconcile#1"]
+    assert coord.resume(saga_id).status is SagaStatus.COMPLETED
+    assert provider.calls[-2:] == ["charge#2", "ship"]
