@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Update,
     and_,
     case,
     delete,
@@ -281,21 +282,15 @@ def request_cancel(
 ) -> None:
     """Mark a running saga for cancelling (see ``SagaStore.request_cancel``)."""
     i = t.instances.c
-    if guard is not None:
-        lock_row(connection, saga_id)
-    row = connection.execute(
+    request = (
         update(t.instances)
         .where(i.id == saga_id, i.status == SagaStatus.RUNNING.value)
         .where(i.cancel_requested.is_(False), *guarded(saga_id, guard))
         .values(cancel_requested=True)
-        .returning(i.epoch)
-    ).first()
-    if row is not None:
-        append(connection, dialect, saga_id, row.epoch, event)
-        return
-    current = reads.load(connection, saga_id)
+    )
+    current = _requested(connection, dialect, saga_id, event, guard, request)
     if current is None:
-        raise UnknownSagaError(f"no saga with id {saga_id}")
+        return
     changed = guard_broken(current, guard)
     if current.status is SagaStatus.RUNNING and changed is not None:
         raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
@@ -310,24 +305,41 @@ def request_pause(
     in one statement with ``guard``'s check, so a saga that moved meanwhile is left as
     it is; its owner, if alive, sees it in its next commit's answer and hands it back."""
     i = t.instances.c
-    if guard is not None:
-        lock_row(connection, saga_id)
-    row = connection.execute(
+    request = (
         update(t.instances)
         .where(i.id == saga_id, i.status == SagaStatus.RUNNING.value, *guarded(saga_id, guard))
         .values(status=SagaStatus.PAUSED.value)
-        .returning(i.epoch)
-    ).first()
-    if row is not None:
-        append(connection, dialect, saga_id, row.epoch, event)
-        return
-    current = reads.load(connection, saga_id)
+    )
+    current = _requested(connection, dialect, saga_id, event, guard, request)
     if current is None:
-        raise UnknownSagaError(f"no saga with id {saga_id}")
+        return
     if current.status is SagaStatus.PAUSED:
         return  # paused already (maybe by our own earlier try, whose acknowledgement was lost)
     changed = guard_broken(current, guard) or f"it is {current.status.value} now"
     raise SagaChangedError(saga_id, f"saga {saga_id} changed meanwhile: {changed}")
+
+
+def _requested(
+    connection: Connection,
+    dialect: Dialect,
+    saga_id: str,
+    event: Event,
+    guard: ClaimGuard | None,
+    request: Update,
+) -> SagaRecord | None:
+    """Run an operator's request, one guarded UPDATE of the saga's row (locked first when
+    guarded), and append ``event`` if it wrote: None. Else the saga as it stands, for the
+    caller to say why nothing was written."""
+    if guard is not None:
+        lock_row(connection, saga_id)
+    row = connection.execute(request.returning(t.instances.c.epoch)).first()
+    if row is not None:
+        append(connection, dialect, saga_id, row.epoch, event)
+        return None
+    current = reads.load(connection, saga_id)
+    if current is None:
+        raise UnknownSagaError(f"no saga with id {saga_id}")
+    return current
 
 
 def record_event(connection: Connection, dialect: Dialect, saga_id: str, event: Event) -> None:

@@ -130,13 +130,18 @@ def refuse_compensate(record: SagaRecord) -> None:
         )
 
 
-def refuse_resume(record: SagaRecord) -> None:
+def _declarative_only(record: SagaRecord, why: str) -> None:
+    """Refuse an operator's forward verb on a context-manager saga, saying ``why``."""
     if record.kind != "declarative":
-        raise OperationRefusedError(
-            record.id,
-            f"saga {record.id} is a context-manager saga: only its own code can continue it "
-            "(re-enter the same coord.saga(name, key=...)); an operator can compensate it",
-        )
+        raise OperationRefusedError(record.id, f"saga {record.id} is a context-manager saga: {why}")
+
+
+def refuse_resume(record: SagaRecord) -> None:
+    _declarative_only(
+        record,
+        "only its own code can continue it (re-enter the same coord.saga(name, key=...)); "
+        "an operator can compensate it",
+    )
     if record.status not in (SagaStatus.RUNNING, SagaStatus.PAUSED):
         raise OperationRefusedError(
             record.id,
@@ -145,12 +150,11 @@ def refuse_resume(record: SagaRecord) -> None:
 
 
 def refuse_pause(record: SagaRecord) -> None:
-    if record.kind != "declarative":
-        raise OperationRefusedError(
-            record.id,
-            f"saga {record.id} is a context-manager saga: only its own code can continue it, "
-            "so it cannot be paused; an operator can cancel or compensate it",
-        )
+    _declarative_only(
+        record,
+        "only its own code can continue it, so it cannot be paused; "
+        "an operator can cancel or compensate it",
+    )
     if record.status is SagaStatus.PAUSED and record.owner is None:
         raise OperationRefusedError(record.id, f"saga {record.id} is paused already")
     # A paused saga still held (its owner hands it back at its next step boundary, or
@@ -171,12 +175,9 @@ UNWOUND = frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED})
 def refuse_retry(record: SagaRecord) -> None:
     """Only a declarative saga that failed going forward (past its pivot: nothing was
     unwound) runs forward again; a failed compensation has its own ways out."""
-    if record.kind != "declarative":
-        raise OperationRefusedError(
-            record.id,
-            f"saga {record.id} is a context-manager saga: only its own code can run it "
-            "forward (re-enter the same coord.saga(name, key=...))",
-        )
+    _declarative_only(
+        record, "only its own code can run it forward (re-enter the same coord.saga(name, key=...))"
+    )
     if record.status is not SagaStatus.FAILED:
         raise OperationRefusedError(
             record.id, f"saga {record.id} is {record.status.value}; retry is for failed sagas"
