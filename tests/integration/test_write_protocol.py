@@ -156,14 +156,22 @@ def _commits_running(postgres_server: str, saga: Saga, runs: int) -> int:
         return _settled_commits(postgres_server, url) - before
 
 
+def _least_commits_running(postgres_server: str, saga: Saga, runs: int) -> int:
+    """The least of three measurements: whatever else touches a database (an autovacuum
+    worker's visit, run by the server on its own clock) only adds to its counter."""
+    return min(_commits_running(postgres_server, saga, runs) for _ in range(3))
+
+
 @pytest.mark.postgres
 def test_postgres_counts_n_plus_one_commits_per_saga(postgres_server: str) -> None:
     """Counted by the server (pg_stat_database), as the difference between a coordinator
     running 2k sagas and one running k: what a coordinator does once, whatever it runs
-    (recording its owner for instant takeover, its connections' set-up), is in both."""
-    sagas, n = 4, 3
+    (recording its owner for instant takeover, its connections' set-up), is in both.
+    k is past the driver's prepare threshold (psycopg prepares a statement on its fifth
+    execution, in a transaction of its own that the server counts), so both runs
+    include every statement's preparation."""
+    sagas, n = 6, 3
     saga = _three_steps("protocol-commits-pg")
-    extra = _commits_running(postgres_server, saga, 2 * sagas)
-    extra -= _commits_running(postgres_server, saga, sagas)
-    # Autovacuum may add a transaction or two of its own to either database's counter.
-    assert sagas * (n + 1) - 2 <= extra <= sagas * (n + 1) + 2
+    extra = _least_commits_running(postgres_server, saga, 2 * sagas)
+    extra -= _least_commits_running(postgres_server, saga, sagas)
+    assert extra == sagas * (n + 1)
