@@ -136,9 +136,10 @@ class AsyncCoordinator:
         ``Coordinator.resume``."""
         return await self._view(await self.driver.run(self.engine.resume(saga_id)))
 
-    async def retry(self, saga_id: str) -> SagaView:
-        """Run forward again a saga that failed past its pivot; see ``Coordinator.retry``."""
-        return await self._view(await self.driver.run(self.engine.retry(saga_id)))
+    async def retry(self, saga_id: str, from_step: str | None = None) -> SagaView:
+        """Run forward again a saga that failed past its pivot (``from_step``: from that
+        step on); see ``Coordinator.retry``."""
+        return await self._view(await self.driver.run(self.engine.retry(saga_id, from_step)))
 
     async def skip(self, saga_id: str, *, step: str, result: Any = None, reason: str) -> SagaView:
         """Record a step done by hand and go on; see ``Coordinator.skip``."""

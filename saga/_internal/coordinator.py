@@ -323,14 +323,18 @@ class Coordinator:
         pauses again, ``SagaHandedBack`` (status ``PAUSED``) says why."""
         return self._view(self.driver.run(self.engine.resume(saga_id)))
 
-    def retry(self, saga_id: str) -> SagaView:
+    def retry(self, saga_id: str, from_step: str | None = None) -> SagaView:
         """Run forward again a saga that failed past its pivot, once the cause is fixed.
 
         The failed step runs again with its whole retry budget (its attempt numbers
         go on: ``ctx.attempt``), then the rest, under the definition registered now,
         which must have the fingerprint the saga started with. Refused for a saga that
-        is not ``failed``, or failed while compensating (``retry-compensation``)."""
-        return self._view(self.driver.run(self.engine.retry(saga_id)))
+        is not ``failed``, or failed while compensating (``retry-compensation``).
+
+        ``from_step``: run that step again, and every step after it, once you checked
+        what it did; each of them that succeeded must be declared ``idempotent=True``
+        (its participant dedupes by ``ctx.idempotency_key``) and none may be a pivot."""
+        return self._view(self.driver.run(self.engine.retry(saga_id, from_step)))
 
     def skip(self, saga_id: str, *, step: str, result: Any = None, reason: str) -> SagaView:
         """Record that you did step ``step`` of a saga failed past its pivot by hand, with

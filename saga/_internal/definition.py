@@ -78,6 +78,9 @@ class StepOptions(TypedDict, total=False):
     """``ctx.session`` is in the transaction that records the step's success."""
     result_type: Any
     """What the result is read back as; by default the return annotation's class."""
+    idempotent: bool
+    """Running it again acts once only (its participant dedupes by ``ctx.idempotency_key``):
+    ``saga retry --from`` may run it again after it succeeded."""
     on_exhausted: OnExhausted | None
     """When its retries run out: ``"fail"`` (the step fails and the saga unwinds, as
     always) or ``"pause"`` (the saga is parked ``paused`` for an operator to resume);
@@ -101,6 +104,7 @@ class Step:
     declared_compensation_result_type: Any = None
     reconciler: StepFn | None = None
     on_exhausted: OnExhausted | None = None
+    idempotent: bool = False
 
     @property
     def result_type(self) -> Any:
@@ -241,6 +245,7 @@ class Saga:
                 transactional=options.get("transactional", False),
                 declared_result_type=options.get("result_type"),
                 on_exhausted=on_exhausted,
+                idempotent=options.get("idempotent", False),
             )
             self.steps.append(step)
             self._plan = None

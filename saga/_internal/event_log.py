@@ -30,6 +30,7 @@ _LEVELS: Mapping[str, int] = {
     "lease_claimed": logging.INFO,
     "lease_released": logging.INFO,
     "operator_action": logging.INFO,
+    "step_reset": logging.INFO,
     "step_failed": logging.INFO,
     "step_in_doubt": logging.WARNING,
     # A retry after an error, a lost lease, a refused recovery: worth a look.

@@ -55,16 +55,27 @@ _STEP_MOVES: dict[StepStatus, frozenset[StepStatus]] = {
             StepStatus.SKIPPED,
         }
     ),
-    StepStatus.SUCCEEDED: frozenset({StepStatus.COMPENSATING}),
+    # succeeded -> running / pending: an operator runs the saga again from this step, or
+    # from one before it (saga retry --from; only a step declared idempotent).
+    StepStatus.SUCCEEDED: frozenset(
+        {StepStatus.COMPENSATING, StepStatus.RUNNING, StepStatus.PENDING}
+    ),
     # failed / in_doubt -> running: an operator runs the step again (saga retry), or a
     # step parked by a pause (its retries ran out) runs again when the saga is resumed;
+    # -> pending: it runs again after the step a retry --from starts with;
     # -> succeeded: an operator did it by hand and records its result (saga skip).
     StepStatus.FAILED: frozenset(
-        {StepStatus.COMPENSATING, StepStatus.RUNNING, StepStatus.SUCCEEDED}
+        {StepStatus.COMPENSATING, StepStatus.RUNNING, StepStatus.PENDING, StepStatus.SUCCEEDED}
     ),
     # in_doubt -> failed: an operator says the action did not happen (saga mark-step).
     StepStatus.IN_DOUBT: frozenset(
-        {StepStatus.COMPENSATING, StepStatus.FAILED, StepStatus.RUNNING, StepStatus.SUCCEEDED}
+        {
+            StepStatus.COMPENSATING,
+            StepStatus.FAILED,
+            StepStatus.RUNNING,
+            StepStatus.PENDING,
+            StepStatus.SUCCEEDED,
+        }
     ),
     # compensating -> compensating is the next attempt of the compensation.
     StepStatus.COMPENSATING: frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED}),

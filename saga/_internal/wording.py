@@ -91,6 +91,10 @@ def _texts(event: Described, detail: Mapping[str, Any]) -> dict[str, Callable[[]
         "attempt_failed": lambda: f"step {step} {attempt_failed_text(event)}",
         "step_succeeded": lambda: f"step {step} succeeded (attempt {attempt})",
         "step_failed": lambda: _failed_text(event),
+        "step_reset": lambda: (
+            f"step {step} set to run again (retry from step {detail.get('from_step')}); "
+            f"it was {detail.get('was')}"
+        ),
         "step_in_doubt": lambda: (
             f"step {step} given up, outcome unknown (it may have acted): {error}"
         ),

@@ -53,6 +53,7 @@ from saga.admin.bulk import (
     Verb,
     act_on_many,
     select_sagas,
+    verb_with,
 )
 from saga.admin.facts import (
     FINISHED,
@@ -201,6 +202,7 @@ __all__ = [
     "total_duration",
     "upgrade_schema",
     "upgrade_sql",
+    "verb_with",
     "waiting",
     "waiting_after",
 ]

@@ -43,10 +43,11 @@ def cancel(coord: Coordinator, saga_id: SagaRef) -> SagaView:
     return coord.cancel(saga_id_of(coord, saga_id))
 
 
-def retry(coord: Coordinator, saga_id: SagaRef) -> SagaView:
+def retry(coord: Coordinator, saga_id: SagaRef, from_step: str | None = None) -> SagaView:
     """Run forward again a saga that failed past its pivot, once its cause is fixed
-    (the failed step with a fresh attempt budget, then the rest; needs --app)."""
-    return coord.retry(saga_id_of(coord, saga_id))
+    (the failed step with a fresh attempt budget, then the rest; needs --app);
+    ``from_step``: from that step on (each succeeded step after it idempotent)."""
+    return coord.retry(saga_id_of(coord, saga_id), from_step)
 
 
 def skip(coord: Coordinator, saga_id: SagaRef, step: str, result: str, reason: str) -> SagaView:

@@ -315,6 +315,23 @@ def act_on_many(
     return BulkReport(name, dry_run, tuple(items))
 
 
+def verb_with(name: str, options: Mapping[str, str]) -> Verb:
+    """The verb ``name`` of :data:`VERBS`, given its own options (``retry``'s
+    ``from_step``); refused for a verb that takes none of them."""
+    verb = _verb(name)[1]
+    if not options:
+        return verb
+    if name != "retry" or set(options) != {"from_step"}:
+        given = ", ".join(sorted(options))
+        raise ConfigurationError(f"{name} takes no {given}; --from goes with retry")
+
+    def with_options(coord: Coordinator, saga_id: SagaRef) -> SagaView:
+        return retry(coord, saga_id, options["from_step"])
+
+    with_options.__name__ = name
+    return with_options
+
+
 def _verb(action: str | Verb) -> tuple[str, Verb]:
     if not isinstance(action, str):
         return getattr(action, "__name__", "action").replace("_", "-"), action

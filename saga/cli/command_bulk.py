@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated
 
 import typer
@@ -31,7 +32,6 @@ from saga.cli.options import (
     KeyOption,
     KeyPrefixFilter,
     MaybeSagaId,
-    NamedHandler,
     StatusFilter,
     StepFilter,
     StuckFlag,
@@ -67,6 +67,19 @@ DryRunFlag = Annotated[
 YesFlag = Annotated[
     bool, typer.Option("--yes", "-y", help="With filters: act on every saga they match.")
 ]
+FromStepOption = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Run again from this step on (you checked what it did); each step from there "
+        "that succeeded must be declared idempotent.",
+        metavar="STEP",
+    ),
+]
+
+ActingHandler = Callable[[typer.Context, bool, admin.SagaRef, Mapping[str, str]], None]
+"""A command's body for one saga: the ``--json`` flag, the saga its arguments name, and
+the verb's own options (``retry --from``)."""
 
 SELECTING = (
     "Or, given filters instead of an ID, every saga they all match: listed with what "
@@ -91,6 +104,8 @@ class BulkArgs:
     batch_size: int | None = None
     dry_run: bool = False
     yes: bool = False
+    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """The verb's own options (``retry --from``: ``from_step``)."""
 
     @property
     def filtered(self) -> bool:
@@ -124,12 +139,15 @@ class BulkArgs:
             )
 
 
-def acting_command(command: str) -> Callable[[NamedHandler], NamedHandler]:
+def acting_command(
+    command: str, *, from_step: bool = False
+) -> Callable[[ActingHandler], ActingHandler]:
     """Register ``saga COMMAND`` for one saga (``ID`` or ``--key K [--name N]``, handled
     by the handler as :func:`~saga.cli.options.naming_command` does) or for the sagas
-    that filters select (``admin.VERBS[command]`` on each)."""
+    that filters select (``admin.VERBS[command]`` on each). ``from_step``: the command
+    takes ``--from STEP`` (``retry``), given to the verb as ``from_step``."""
 
-    def register(handler: NamedHandler) -> NamedHandler:
+    def register(handler: ActingHandler) -> ActingHandler:
         def parsed(
             ctx: typer.Context,
             saga_id: MaybeSagaId = None,
@@ -145,14 +163,20 @@ def acting_command(command: str) -> Callable[[NamedHandler], NamedHandler]:
             dry_run: DryRunFlag = False,
             yes: YesFlag = False,
             json_output: JsonFlag = False,
+            from_step: FromStepOption = None,
         ) -> None:
             args = BulkArgs(
                 tuple(status or ()), key_prefix, step, older_than, stuck, limit, batch_size
             )
-            args = dataclasses.replace(args, dry_run=dry_run, yes=yes)
+            options = {} if from_step is None else {"from_step": from_step}
+            args = dataclasses.replace(args, dry_run=dry_run, yes=yes, options=options)
             _dispatch(ctx, command, handler, json_output, args, (saga_id, key, name))
 
         parsed.__doc__ = f"{handler.__doc__}\n\n{SELECTING}"
+        if not from_step:  # typer reads the signature: the option is not offered
+            signature = inspect.signature(parsed, eval_str=True)
+            kept = [p for p in signature.parameters.values() if p.name != "from_step"]
+            parsed.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
         app.command(command)(parsed)
         return handler
 
@@ -162,7 +186,7 @@ def acting_command(command: str) -> Callable[[NamedHandler], NamedHandler]:
 def _dispatch(
     ctx: typer.Context,
     command: str,
-    handler: NamedHandler,
+    handler: ActingHandler,
     json_output: bool,
     args: BulkArgs,
     naming: tuple[str | None, str | None, str | None],
@@ -176,7 +200,7 @@ def _dispatch(
         return
     with reporting(session_of(ctx), json_output):
         args.refuse_beside_one_saga()
-    handler(ctx, json_output, named(ctx, json_output, saga_id, key, name))
+    handler(ctx, json_output, named(ctx, json_output, saga_id, key, name), args.options)
 
 
 def run_bulk(
@@ -191,9 +215,10 @@ def run_bulk(
         coord = session.coordinator()
         acting = _acting(coord, selection, args)
         targets = admin.select_sagas(coord, selection, page=batch)
+        verb = admin.verb_with(command, args.options)
         with _progress(session, command, selection.limit) as progress:
             report = admin.act_on_many(
-                coord, targets, command, batch_size=batch, progress=progress, dry_run=not acting
+                coord, targets, verb, batch_size=batch, progress=progress, dry_run=not acting
             )
         if session.wants_json(json_output):
             session.emit_json({**report.as_json(), "selection": selection.as_json()})

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated
 
 import typer
@@ -19,6 +19,9 @@ from saga.cli.command_bulk import acting_command
 from saga.cli.options import JsonFlag, KeyOption, NameOption, SagaId, app
 from saga.cli.render import render_recovery, render_standing
 from saga.cli.session import FAILED, OK, Session, reporting, session_of
+
+VerbOptions = Mapping[str, str]
+"""A verb's own options, as :func:`acting_command` gives them (``retry --from``)."""
 
 # -- recover ----------------------------------------------------------------------------------
 
@@ -111,38 +114,51 @@ def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], 
 
 
 @acting_command("compensate")
-def compensate_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+def compensate_command(
+    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
+) -> None:
     """Unwind a saga now (refused past its pivot or once it finished)."""
     _act(ctx, json_output, lambda coord: admin.compensate(coord, ref))
 
 
 @acting_command("resume")
-def resume_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+def resume_command(
+    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
+) -> None:
     """Carry a stuck or paused declarative saga forward now (needs --app)."""
     _act(ctx, json_output, lambda coord: admin.resume(coord, ref))
 
 
 @acting_command("pause")
-def pause_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+def pause_command(
+    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
+) -> None:
     """Hold a running saga at its next step boundary, nothing compensated (resume goes on)."""
     _act(ctx, json_output, lambda coord: admin.pause(coord, ref))
 
 
 @acting_command("cancel")
-def cancel_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+def cancel_command(
+    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
+) -> None:
     """Stop a running saga at its next step boundary and unwind it."""
     _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
 
 
-@acting_command("retry")
-def retry_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+@acting_command("retry", from_step=True)
+def retry_command(
+    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, options: VerbOptions
+) -> None:
     """Run forward again a saga that failed past its pivot, once the cause is fixed
-    (the failed step with a fresh attempt budget, then the rest; needs --app)."""
-    _act(ctx, json_output, lambda coord: admin.retry(coord, ref))
+    (the failed step with a fresh attempt budget, then the rest; with --from STEP, that
+    step and every step after it; needs --app)."""
+    _act(ctx, json_output, lambda coord: admin.verb_with("retry", options)(coord, ref))
 
 
 @acting_command("retry-compensation")
-def retry_compensation_command(ctx: typer.Context, json_output: bool, ref: admin.SagaRef) -> None:
+def retry_compensation_command(
+    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
+) -> None:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
     _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, ref))
 

@@ -105,7 +105,7 @@ StatusFilter = Annotated[
     typer.Option(
         "--status",
         "-s",
-        help="running, compensating, completed, compensated, "
+        help="running, compensating, paused, completed, compensated, "
         "failed or cancelled; repeat or comma-separate.",
         show_default=False,
         metavar="STATUS",

@@ -39,6 +39,8 @@ class Verb:
     call: Call
     needs_step: bool = False
     needs_result: bool = False
+    records: str | None = None
+    """The action's name in the history, when not ``name`` (``retry-from``: ``retry``)."""
 
 
 VERBS: dict[str, Verb] = {
@@ -57,6 +59,10 @@ VERBS: dict[str, Verb] = {
              "Run a saga that failed past its pivot forward again, once its cause is fixed: "
              "the failed step with a fresh attempt budget, then the rest.",
              lambda c, i, _: admin.retry(c, i)),
+        Verb("retry-from", "retry from a step",
+             "Run this step again, and every step after it, once you checked what it did "
+             "(each of them that succeeded must be declared idempotent; never a pivot).",
+             lambda c, i, f: admin.retry(c, i, f.step), needs_step=True, records="retry"),
         Verb("skip", "skip: done by hand",
              "Record that you did this failed step by hand, with the result it would have "
              "returned (JSON), then carry the saga forward.",
@@ -91,7 +97,7 @@ def done_notice(verb_name: str | None, events: Sequence[EventRecord], now: float
         detail = event.detail or {}
         if (
             event.kind == "operator_action"
-            and detail.get("action") == verb.name
+            and detail.get("action") == (verb.records or verb.name)
             and detail.get("source") == "web"
             and now - event.at <= DONE_WITHIN
         ):

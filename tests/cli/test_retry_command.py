@@ -13,7 +13,7 @@ from typer.testing import CliRunner, Result
 
 from saga import Coordinator, SagaFailed, SagaStatus
 from saga.cli import app
-from tests.cli.forward_steps import FORWARD
+from tests.cli.forward_steps import FORWARD, FORWARD_FROM
 
 APP = "tests.cli.forward_steps"
 
@@ -125,3 +125,76 @@ def test_skip_bad_input_is_one_line_and_changes_nothing(
     assert line in refused.stderr
     assert "Traceback" not in refused.output
     assert coord.history(saga_id) == before
+
+
+# -- retry --from --------------------------------------------------------------------------
+
+
+def failed_from(coord: Coordinator, tmp_path: Path) -> str:
+    """A saga of FORWARD_FROM failed at ``invoice`` after ``stamp`` ran; then fixed."""
+    blocker = tmp_path / "down"
+    blocker.touch()
+    coord.register(FORWARD_FROM)
+    data = {"blocker": str(blocker), "stamps": str(tmp_path / "stamps")}
+    with pytest.raises(SagaFailed) as raised:
+        coord.run(FORWARD_FROM, data=data)
+    blocker.unlink()
+    return raised.value.saga_id
+
+
+def test_retry_from_a_step_runs_it_and_the_rest_again(
+    db_url: str, coord: Coordinator, tmp_path: Path
+) -> None:
+    saga_id = failed_from(coord, tmp_path)
+
+    done = saga(db_url, "retry", saga_id[:8], "--from", "stamp", "--json")
+
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["status"] == "completed"
+    assert (tmp_path / "stamps").read_text() == "1\n2\n"
+    history = saga(db_url, "history", saga_id).stdout
+    assert "from_step 'stamp'" in history
+    assert "step invoice set to run again (retry from step stamp); it was failed" in history
+
+
+def test_retry_from_a_pivot_or_an_unknown_step_is_refused_in_one_line(
+    db_url: str, coord: Coordinator, tmp_path: Path
+) -> None:
+    saga_id = failed_from(coord, tmp_path)
+    before = coord.history(saga_id)
+
+    pivot = saga(db_url, "retry", saga_id, "--from", "dispatch")
+    unknown = saga(db_url, "retry", saga_id, "--from", "nope")
+
+    assert pivot.exit_code == unknown.exit_code == 1
+    assert pivot.stderr.strip() == (
+        f"saga: error: refused: step 'dispatch' of saga {saga_id} is its pivot and acted: "
+        "a pivot is never run again; retry --from a step after it"
+    )
+    assert unknown.stderr.strip() == (
+        f"saga: error: refused: saga {saga_id} has no step 'nope'; its steps: reserve, "
+        "dispatch, stamp, invoice"
+    )
+    assert coord.history(saga_id) == before
+    # --from is retry's own: other verbs do not take it.
+    other = saga(db_url, "compensate", saga_id, "--from", "stamp")
+    assert other.exit_code == 2
+    assert "No such option: --from" in other.output
+    assert coord.history(saga_id) == before
+
+
+def test_retry_from_by_filter(db_url: str, coord: Coordinator, tmp_path: Path) -> None:
+    first = failed_from(coord, tmp_path)
+    second = failed_from(coord, tmp_path)
+
+    done = saga(
+        db_url, "retry", "--name", "cli-forward-from", "--status", "failed", "--from", "stamp",
+        "--yes", "--json",
+    )  # fmt: skip
+
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["action"] == "retry"
+    assert {item["id"] for item in report["sagas"]} == {first, second}
+    assert {item["result"] for item in report["sagas"]} == {"done"}
+    assert (tmp_path / "stamps").read_text() == "1\n1\n2\n2\n"

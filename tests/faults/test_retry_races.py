@@ -1,11 +1,13 @@
 """``retry`` (and ``skip``) racing another operator's ``retry``, on SQLite and PostgreSQL.
 
-The saga is ``charge -> ship (pivot) -> invoice``; ``invoice`` fails until the test
-fixes it, so the saga ends ``failed`` past its pivot. Then the fix is deployed and:
+The saga is ``charge -> ship (pivot) -> stamp (idempotent) -> invoice``; ``invoice``
+fails until the test fixes it, so the saga ends ``failed`` past its pivot. Then the fix
+is deployed and:
 
 * two operators retry it at once (or the first records ``invoice`` done by hand with
-  ``skip`` while the second retries): for every free statement boundary k of the first
-  up to and including its claim (counted by a dry run on the same starting state),
+  ``skip``, or retries ``--from stamp``, while the second retries): for every free
+  statement boundary k of the first up to and including its claim (counted by a dry
+  run on the same starting state),
   it pauses before k, the second runs its retry to the end (the saga completes), and
   the first goes on. The first is refused and changes no row after its pause; the
   fixed step ran exactly once more.
@@ -44,6 +46,7 @@ def _declare() -> Saga:
     saga = Saga(NAME)
     saga.step(name="charge", retry=fast(1))(_act).compensation()(_act)
     saga.step(name="ship", pivot=True, retry=fast(1))(_act)
+    saga.step(name="stamp", idempotent=True, retry=fast(1))(_act)
     saga.step(name="invoice", retry=fast(1, retry_on=(RuntimeError,)))(_act)
     return saga
 
@@ -63,8 +66,11 @@ def failed_past_pivot(run: Interleaving) -> str:
 
 
 def retrying(run: Interleaving, name: str, saga_id: str, verb: str = "retry") -> Actor:
-    """``coord.retry``, or ``coord.skip`` of ``invoice`` (done by hand), as an actor."""
+    """``coord.retry``, or ``coord.skip`` of ``invoice`` (done by hand), or ``coord.retry``
+    from ``stamp``, as an actor."""
     coord = run.coordinator()
+    if verb == "retry-from":
+        return run.actor(name, lambda: coord.retry(saga_id, from_step="stamp"), coord)
     if verb == "skip":
         return run.actor(name, lambda: coord.skip(saga_id, step="invoice", reason="by hand"), coord)
     return run.actor(name, lambda: coord.retry(saga_id), coord)
@@ -80,7 +86,7 @@ def census(fresh_url: FreshUrl, verb: str) -> list[Boundary]:
     return found
 
 
-@pytest.mark.parametrize("verb", ["retry", "skip"])
+@pytest.mark.parametrize("verb", ["retry", "skip", "retry-from"])
 def test_two_operators_retrying_at_once_run_the_step_once(
     verb: str, backend: str, fresh_url: FreshUrl
 ) -> None:

@@ -70,6 +70,7 @@ def replay(events: Iterable[EventRecord]) -> tuple[SagaStatus | None, dict[str, 
         "compensation_started": StepStatus.COMPENSATING,
         "compensation_done": StepStatus.COMPENSATED,
         "step_skipped": StepStatus.SKIPPED,
+        "step_reset": StepStatus.PENDING,
     }
     for event in events:
         if event.kind == "saga_started":

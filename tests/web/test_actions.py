@@ -17,7 +17,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 from saga import Coordinator, RetryPolicy, SagaFailed, SagaScope, SagaStatus
 from tests.cli.conftest import REPO, crashed, run_saga
-from tests.cli.forward_steps import FORWARD
+from tests.cli.forward_steps import FORWARD, FORWARD_FROM
 from tests.web import steps as web_steps
 from tests.web.conftest import APPS, Server, World, in_doubt_saga, navigate, serving
 
@@ -136,6 +136,29 @@ def test_a_saga_failed_past_its_pivot_is_retried_from_the_browser(
     assert coord.get(saga_id).step("invoice").attempt == 3
     (event,) = operator_events(coord, saga_id)
     assert (event["action"], event["source"], event["by"]) == ("retry", "web", "ann")
+
+
+def test_a_saga_is_retried_from_an_earlier_step_from_the_browser(
+    acting: Server, browser: WebDriver, coord: Coordinator, tmp_path: Path
+) -> None:
+    blocker, stamps = tmp_path / "down", tmp_path / "stamps"
+    blocker.touch()
+    with pytest.raises(SagaFailed) as raised:
+        coord.run(FORWARD_FROM, data={"blocker": str(blocker), "stamps": str(stamps)})
+    saga_id = raised.value.saga_id
+    blocker.unlink()
+    browser.get(f"{acting.base}/saga/{saga_id}")
+    link = browser.find_element(By.CSS_SELECTOR, '#actions a[data-verb="retry-from"]')
+    navigate(browser, link)
+    browser.find_element(By.CSS_SELECTOR, '#step option[value="stamp"]').click()
+    browser.find_element(By.ID, "operator").send_keys("ann")
+    browser.find_element(By.ID, "reason").send_keys("the old stamp was wrong; checked")
+    navigate(browser, browser.find_element(By.ID, "confirm"))
+    assert browser.find_element(By.ID, "status").text == "completed"
+    assert "retry-from: done" in browser.find_element(By.ID, "notice").text
+    assert stamps.read_text() == "1\n2\n"
+    (event,) = operator_events(coord, saga_id)
+    assert (event["action"], event["from_step"], event["source"]) == ("retry", "stamp", "web")
 
 
 def test_a_failed_step_done_by_hand_is_recorded_from_the_browser(

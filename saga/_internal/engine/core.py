@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from saga._internal.codec import encode, encode_result
 from saga._internal.definition import Saga
-from saga._internal.engine import pausing, records, rules, unwind
+from saga._internal.engine import pausing, records, reopening, rules, unwind
 from saga._internal.engine.decisions import RunStep, failed_step, recovery_route
 from saga._internal.engine.effects import (
     DRAINING,
@@ -335,7 +335,7 @@ class Engine:
         claim = self._claim(saga_id, rules.by_operator("resume", who), rules.resume_guard(record))
         record = yield from self.guarded(claim, saga_id, rules.refuse_resume)
         if record.status is SagaStatus.PAUSED:  # its parked steps again, fresh budgets
-            return (yield from self._reopen(saga, record, rules.reopened(record, saga)))
+            return (yield from self._reopen(saga, record, reopening.reopened(record, saga)))
         return (yield from self.forward(saga, record))
 
     def pause(self, saga_id: str) -> Flow[SagaRecord]:
@@ -343,17 +343,29 @@ class Engine:
         (see :mod:`saga._internal.engine.pausing`)."""
         return (yield from pausing.pause(self, saga_id))
 
-    def retry(self, saga_id: str) -> Flow[SagaRecord]:
+    def retry(self, saga_id: str, from_step: str | None = None) -> Flow[SagaRecord]:
         """Run forward again a saga that failed past its pivot (a fix deployed): its
-        failed steps once more, each with its whole retry budget, then the rest."""
+        failed steps once more, each with its whole retry budget, then the rest; with
+        ``from_step``, that step and every step after it (see :mod:`.reopening`)."""
         record = yield from self.load(saga_id)
-        rules.refuse_retry(record)
+        reopening.refuse_retry(record)
         saga = self.definitions.saga_for(record)  # refused if its definition changed
         assert saga is not None
+
+        def refuse(found: SagaRecord) -> None:
+            if from_step is None:
+                reopening.refuse_retry(found)
+            else:
+                reopening.run_again_from(saga, found, from_step)
+
+        refuse(record)
         who = yield WHO_ASKS
-        claim = self._claim(saga_id, rules.by_operator("retry", who), rules.retry_guard(record))
-        record = yield from self.guarded(claim, saga_id, rules.refuse_retry)
-        return (yield from self._reopen(saga, record, rules.reopened(record, saga)))
+        asked = who if from_step is None else {**who, "from_step": from_step}
+        event = rules.by_operator("retry", asked)
+        claim = self._claim(saga_id, event, reopening.retry_guard(record))
+        record = yield from self.guarded(claim, saga_id, refuse)
+        again = reopening.reopened(record, saga, from_step=from_step)
+        return (yield from self._reopen(saga, record, again))
 
     def skip(self, saga_id: str, step: str, result: Any, reason: str) -> Flow[SagaRecord]:
         """Record that an operator did step ``step`` of a saga failed past its pivot by
@@ -361,19 +373,19 @@ class Engine:
         if not reason.strip():
             raise ConfigurationError("skip: the reason must say what was done by hand")
         record = yield from self.load(saga_id)
-        rules.refuse_skip(record, step)
+        reopening.refuse_skip(record, step)
         saga = self.definitions.saga_for(record)
         assert saga is not None
         encoded = encode_result(result, f"result of step {step!r}", self.payload_limit)
         who = yield WHO_ASKS
         event = rules.by_operator("skip", {**who, "step": step, "reason": reason})
-        claim = self._claim(saga_id, event, rules.retry_guard(record))
-        record = yield from self.guarded(claim, saga_id, lambda r: rules.refuse_skip(r, step))
-        done = rules.skipped(record, step, encoded, reason, who)
-        return (yield from self._reopen(saga, record, rules.reopened(record, saga, done)))
+        claim = self._claim(saga_id, event, reopening.retry_guard(record))
+        record = yield from self.guarded(claim, saga_id, lambda r: reopening.refuse_skip(r, step))
+        done = reopening.skipped(record, step, encoded, reason, who)
+        return (yield from self._reopen(saga, record, reopening.reopened(record, saga, done)))
 
     def _reopen(
-        self, saga: Saga, record: SagaRecord, reopening: rules.Reopening
+        self, saga: Saga, record: SagaRecord, reopening: reopening.Reopening
     ) -> Flow[SagaRecord]:
         """Commit the turn of a failed (or paused) saga back to ``running``, then carry it
         forward."""

@@ -59,8 +59,12 @@ def next_attempt(
 ) -> RunStep | GiveUp:
     """Step ``name``'s next attempt, or ``GiveUp`` when its policy allows no more: the
     attempts recorded count, whichever process made them (a crash mid-attempt included),
-    apart from the ``budget_from`` made before an operator's retry gave a fresh budget."""
+    apart from the ``budget_from`` made before an operator's retry gave a fresh budget.
+    A step pending after attempts of its own was set to run again by ``retry --from``:
+    its budget begins after them."""
     attempt = 1 if recorded is None else recorded.attempt + 1
+    if recorded is not None and recorded.status is StepStatus.PENDING:
+        budget_from = recorded.attempt
     if policy.allows(attempt - budget_from):
         return RunStep(name, attempt, budget_from)
     assert recorded is not None

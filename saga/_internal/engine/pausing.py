@@ -4,7 +4,7 @@ A saga held at a step boundary for a person (docs/recovery.md, "Paused sagas, in
 detail"). The owner's side, stopping at its next step boundary and handing the saga
 back, is ``Forward``'s (``Phase.PAUSING``); a step's ``on_exhausted="pause"`` leads
 there too. ``Engine.resume`` reopens a paused saga as ``saga retry`` reopens a failed
-one (``rules.reopened``).
+one (``reopening.reopened``).
 """
 
 from __future__ import annotations

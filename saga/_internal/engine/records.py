@@ -355,8 +355,25 @@ def start_all(
             seq += 1
         write = start(record, step, run.attempt)
         writes.append(write)
-        events.extend(started_event(write))
+        if run.budget_from:  # a fresh budget an operator gave: read back after a crash
+            budget = {"budget_from": run.budget_from}
+            events.append(Event("step_started", run.name, run.attempt, budget))
+        else:
+            events.extend(started_event(write))
     return writes, events
+
+
+def to_run_again(record: SagaRecord, name: str, first: str) -> tuple[StepWrite, Event]:
+    """Step ``name`` set back to pending (``retry --from first``): it runs again once the
+    steps it follows have, its attempts counting on; its earlier result is set aside (its
+    digest stays in the event)."""
+    step = _recorded(record, name)
+    check_step_move(name, step.status, StepStatus.PENDING)
+    new = dataclasses.replace(
+        step, status=StepStatus.PENDING, result=None, output_digest=None, error=None
+    )
+    detail = {"from_step": first, "was": step.status.value, "digest": step.output_digest}
+    return StepWrite(new), Event("step_reset", name, step.attempt, detail)
 
 
 def _recorded(record: SagaRecord, name: str) -> StepRecord:

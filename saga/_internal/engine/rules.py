@@ -7,12 +7,11 @@ what to write, what to refuse, or which way to go. ``Coordinator`` and
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
-from saga._internal.codec import MAX_KEY_BYTES, Encoded, check_name
+from saga._internal.codec import MAX_KEY_BYTES, check_name
 from saga._internal.definition import Saga
 from saga._internal.engine import decisions, records
 from saga._internal.errors import (
@@ -22,8 +21,8 @@ from saga._internal.errors import (
     SagaHandedBack,
 )
 from saga._internal.failure import recorded_failure
-from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord, StepWrite
-from saga._internal.status import SagaStatus, StepStatus
+from saga._internal.ports import ClaimGuard, Commit, Event, SagaRecord
+from saga._internal.status import SagaStatus
 from saga._internal.versions import record_version, started_with
 
 
@@ -130,14 +129,14 @@ def refuse_compensate(record: SagaRecord) -> None:
         )
 
 
-def _declarative_only(record: SagaRecord, why: str) -> None:
+def declarative_only(record: SagaRecord, why: str) -> None:
     """Refuse an operator's forward verb on a context-manager saga, saying ``why``."""
     if record.kind != "declarative":
         raise OperationRefusedError(record.id, f"saga {record.id} is a context-manager saga: {why}")
 
 
 def refuse_resume(record: SagaRecord) -> None:
-    _declarative_only(
+    declarative_only(
         record,
         "only its own code can continue it (re-enter the same coord.saga(name, key=...)); "
         "an operator can compensate it",
@@ -150,7 +149,7 @@ def refuse_resume(record: SagaRecord) -> None:
 
 
 def refuse_pause(record: SagaRecord) -> None:
-    _declarative_only(
+    declarative_only(
         record,
         "only its own code can continue it, so it cannot be paused; "
         "an operator can cancel or compensate it",
@@ -164,101 +163,6 @@ def refuse_pause(record: SagaRecord) -> None:
         raise OperationRefusedError(
             record.id, f"saga {record.id} is {record.status.value}; only a running saga pauses"
         )
-
-
-RETRIED = frozenset({StepStatus.FAILED, StepStatus.IN_DOUBT})
-"""The steps ``saga retry`` runs again: the ones whose failure stopped the saga."""
-
-UNWOUND = frozenset({StepStatus.COMPENSATING, StepStatus.COMPENSATED})
-
-
-def refuse_retry(record: SagaRecord) -> None:
-    """Only a declarative saga that failed going forward (past its pivot: nothing was
-    unwound) runs forward again; a failed compensation has its own ways out."""
-    _declarative_only(
-        record, "only its own code can run it forward (re-enter the same coord.saga(name, key=...))"
-    )
-    if record.status is not SagaStatus.FAILED:
-        raise OperationRefusedError(
-            record.id, f"saga {record.id} is {record.status.value}; retry is for failed sagas"
-        )
-    if any(step.status in UNWOUND for step in record.steps):
-        raise OperationRefusedError(
-            record.id,
-            f"saga {record.id} failed while compensating; see retry-compensation and "
-            "mark-compensated",
-        )
-    if not any(step.status in RETRIED for step in record.steps):
-        raise OperationRefusedError(record.id, f"saga {record.id} has no failed step to retry")
-
-
-def refuse_skip(record: SagaRecord, step: str) -> None:
-    """``saga skip`` records the result of one of the steps ``retry`` would run again."""
-    refuse_retry(record)
-    failed = ", ".join(s.name for s in record.steps if s.status in RETRIED)
-    found = record.step(step)
-    if found is None or found.status not in RETRIED:
-        raise OperationRefusedError(
-            record.id,
-            f"step {step!r} of saga {record.id} did not fail; the failed steps: {failed}",
-        )
-
-
-def skipped(
-    record: SagaRecord, step: str, result: Encoded, reason: str, who: Mapping[str, str]
-) -> tuple[StepWrite, list[Event]]:
-    """Step ``step`` recorded as succeeded with ``result``, done by hand by ``who``:
-    its compensation (if ever run) gets that result."""
-    write_, event = records.succeeded(record, step, result)
-    marked = {"marked_by": f"{who.get('by')}@{who.get('host')}", "reason": reason}
-    by_hand = dataclasses.replace(event, detail={**(event.detail or {}), **marked})
-    return write_, [by_hand]
-
-
-def retry_guard(record: SagaRecord) -> ClaimGuard:
-    """Forward again needs the saga as it was read: still failed, nobody claimed it since."""
-    return ClaimGuard(frozenset({SagaStatus.FAILED}), record.epoch)
-
-
-RESUMED = RETRIED | {StepStatus.RUNNING}
-"""The steps resuming a paused saga runs again: parked when their retries ran out, or
-started and never ended (a crash, or the commit that learnt of the pause)."""
-
-Reopening = tuple[list[StepWrite], list[Event], list[decisions.RunStep]]
-"""The writes and events that turn a failed saga ``running`` again, and the step
-attempts they start."""
-
-
-def reopened(
-    record: SagaRecord, saga: Saga, done: tuple[StepWrite, list[Event]] | None = None
-) -> Reopening:
-    """What turns a failed (or paused) saga ``running`` again: the starts of the next
-    attempts of its failed (or parked) steps (writes and events), and those attempts.
-    Each gets its step's whole retry budget again (``budget_from``: the attempts made
-    before), its number going on."""
-    by_hand = None if done is None else done[0].step.name
-    paused = record.status is SagaStatus.PAUSED
-    runs = [
-        decisions.RunStep(step.name, step.attempt + 1, budget_from=step.attempt)
-        for step in record.steps
-        if step.status in (RESUMED if paused else RETRIED) and step.name != by_hand
-    ]
-    writes, events = records.start_all(saga, record, runs)
-    begun = {run.name: run.budget_from for run in runs}  # read back after a crash
-    events = [_budget_noted(event, begun) for event in events]
-    if done is not None:  # a step done by hand, its result recorded (saga skip)
-        writes, events = [done[0], *writes], [*done[1], *events]
-    why = "operator retry" if done is None else f"operator skip of step {by_hand!r}"
-    why = "operator resume" if paused else why
-    back = records.moved(record, SagaStatus.RUNNING, reason=why)
-    return writes, [*events, back], runs
-
-
-def _budget_noted(event: Event, begun: Mapping[str, int]) -> Event:
-    start = begun.get(event.step or "")
-    if event.kind != "step_started" or start is None:
-        return event
-    return dataclasses.replace(event, detail={"budget_from": start})
 
 
 def refuse_cancel(record: SagaRecord) -> None:
