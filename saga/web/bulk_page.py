@@ -50,11 +50,24 @@ def planned(coord: Coordinator, verb: str, filters: Filters) -> admin.BulkReport
 
 
 def acted(
-    coord: Coordinator, verb: str, filters: Filters, who: Mapping[str, str]
+    coord: Coordinator,
+    verb: str,
+    filters: Filters,
+    who: Mapping[str, str],
+    options: Mapping[str, str] | None = None,
 ) -> admin.BulkReport:
-    """Apply ``verb`` to each saga the filters match, recorded as ``who``'s from the web."""
+    """Apply ``verb`` (with its own ``options``: retry's ``from_step``) to each saga the
+    filters match, recorded as ``who``'s from the web."""
+    chosen = admin.select_sagas(coord, selection_of(filters))
     with operator_source(**who):
-        return admin.act_on_many(coord, admin.select_sagas(coord, selection_of(filters)), verb)
+        return admin.act_on_many(coord, chosen, admin.verb_with(verb, options or {}))
+
+
+def options_of(verb: str, form: Mapping[str, str]) -> dict[str, str]:
+    """The verb's own options a confirmation form carried: retry's optional step to run
+    again from (empty: a plain retry)."""
+    from_step = form.get("from_step", "").strip()
+    return {"from_step": from_step} if verb == "retry" and from_step else {}
 
 
 def bulk_links(filters: Filters, verbs: Sequence[str]) -> str:
@@ -90,12 +103,22 @@ def confirm_page(verb: str, report: admin.BulkReport, filters: Filters, csrf: st
         f"{_items(report)}"
         f'<form method="post" action="{path("bulk", "action", verb)}" id="confirm-form">'
         f"{fields}"
+        f"{_from_step_field(verb)}"
         '<label>your name <input name="operator" id="operator" required></label><br>'
         '<label>reason (recorded) <input name="reason" id="reason" size="60" required></label><br>'
         f'<button type="submit" id="confirm">yes, {text(verb)} {count} saga(s)</button> '
         '<a href="./">no, back</a></form>'
     )
     return page(f"confirm {text(verb)}", body)
+
+
+def _from_step_field(verb: str) -> str:
+    if verb != "retry":
+        return ""
+    return (
+        "<label>from step (optional: it and every step after it run again; each that "
+        'succeeded must be idempotent) <input name="from_step" id="from-step"></label><br>'
+    )
 
 
 def report_page(report: admin.BulkReport) -> str:

@@ -184,7 +184,8 @@ class Console:
         client = request.client.host if request.client else "unknown"
         who = {"source": "web", "by": user, "reason": reason, "client": client}
         filters = bulk_page.filters_of(form)
-        report = await run_in_threadpool(bulk_page.acted, self.coord, verb, filters, who)
+        options = bulk_page.options_of(verb, form)
+        report = await run_in_threadpool(bulk_page.acted, self.coord, verb, filters, who, options)
         return self.html(bulk_page.report_page(report), 200 if report.ok else 409)
 
     def _bulk_verb(self, request: Request) -> str:

@@ -251,6 +251,31 @@ def test_the_list_acts_on_every_saga_its_filters_match_after_confirming(
         assert (event["action"], event["source"], event["by"]) == ("retry", "web", "ann")
 
 
+def test_the_list_retries_many_from_an_earlier_step(
+    acting: Server, browser: WebDriver, coord: Coordinator, tmp_path: Path
+) -> None:
+    blocker, stamps = tmp_path / "down", tmp_path / "stamps"
+    blocker.touch()
+    failed = set()
+    for _ in range(2):
+        with pytest.raises(SagaFailed) as raised:
+            coord.run(FORWARD_FROM, data={"blocker": str(blocker), "stamps": str(stamps)})
+        failed.add(raised.value.saga_id)
+    blocker.unlink()
+    browser.get(f"{acting.base}/?name=cli-forward-from&status=failed")
+    navigate(browser, browser.find_element(By.CSS_SELECTOR, '#bulk a[data-verb="retry"]'))
+    browser.find_element(By.ID, "from-step").send_keys("stamp")
+    browser.find_element(By.ID, "operator").send_keys("ann")
+    browser.find_element(By.ID, "reason").send_keys("stamps were wrong; checked")
+    navigate(browser, browser.find_element(By.ID, "confirm"))
+    assert "retry: 2 of 2 done" in browser.find_element(By.ID, "bulk-result").text
+    assert {coord.get(i).status for i in failed} == {SagaStatus.COMPLETED}
+    assert sorted(stamps.read_text().split()) == ["1", "1", "2", "2"]
+    for saga_id in failed:
+        (event,) = operator_events(coord, saga_id)
+        assert (event["action"], event["from_step"], event["source"]) == ("retry", "stamp", "web")
+
+
 def test_acting_on_many_needs_a_filter_and_a_genuine_form(
     acting: Server, coord: Coordinator, tmp_path: Path
 ) -> None:
