@@ -9,7 +9,7 @@ stopped (SIGSTOP) and continued (SIGCONT) so that the workload's slices
 alternate with and without it on the same machine: the ratio of their medians
 is the cost. Then purge finishes alone, and its rate is reported.
 
-    python -m benchmarks.purge --postgres URL [--sagas 1000000] [--slices 6] [--n 300] [--pace 0.5]
+    python -m benchmarks.purge --postgres URL [--sagas 1000000] [--slices 6] [--n 300] [--pace 0.25]
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main() -> None:
     parser.add_argument("--sagas", type=int, default=1_000_000)
     parser.add_argument("--slices", type=int, default=6, help="slices with and without purge")
     parser.add_argument("--n", type=int, default=300, help="sagas per slice")
-    parser.add_argument("--pace", default="0.5", help="saga purge --pace (1: flat out)")
+    parser.add_argument("--pace", default="0.25", help="saga purge --pace (1: flat out)")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         url = stack.enter_context(fresh_schema(args.postgres))

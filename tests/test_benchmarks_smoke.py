@@ -56,7 +56,7 @@ def test_the_purge_benchmark_runs_purge_beside_the_workload(postgres_server: str
         check=False,
     )
     assert ran.returncode == 0, ran.stderr
-    assert re.search(r"saga purge --pace 0.5 deleted 1,5\d\d of 3,000 sagas", ran.stdout), (
+    assert re.search(r"saga purge --pace 0.25 deleted 1,5\d\d of 3,000 sagas", ran.stdout), (
         ran.stdout
     )
     assert "workload 1 beside it" in ran.stdout
