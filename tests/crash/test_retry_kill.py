@@ -1,4 +1,4 @@
-"""An operator's ``saga retry`` killed with SIGKILL, then finished.
+"""An operator's ``saga retry`` (and ``saga skip``) killed with SIGKILL, then finished.
 
 The saga (tests/cli/forward_steps.py) failed at ``invoice``, past its pivot; the fix
 is deployed. The real ``saga retry`` is killed (``SAGA_FAULTS``):
@@ -11,6 +11,10 @@ is deployed. The real ``saga retry`` is killed (``SAGA_FAULTS``):
   allows. Recovery reads where the retry's fresh budget began and completes the saga
   within it; if every attempt of that budget dies too, recovery gives the step up in
   doubt, the saga is ``failed`` again, nothing unwound, and ``saga retry`` completes it.
+
+``saga skip`` of ``invoice`` killed after its claim records nothing (run again, it
+completes the saga with the operator's result); killed before the saga's last commit,
+the result is recorded and recovery completes the saga, ``invoice`` never run again.
 """
 
 from __future__ import annotations
@@ -125,3 +129,49 @@ def test_a_retry_whose_fresh_budget_crashes_used_up_fails_again_in_doubt(
         assert view.step("charge").status is StepStatus.SUCCEEDED  # never unwound
         assert retried(db_url, saga_id, tmp_path)["status"] == "completed"
         check_history(coord.get(saga_id), coord.store.events(saga_id))
+
+
+def skip_args(saga_id: str) -> list[str]:
+    return ["skip", saga_id, "--step", "invoice", "--result", '{"invoice": 7}', "--reason", "hand"]
+
+
+def test_a_skip_killed_after_its_claim_records_nothing_and_is_run_again(
+    db_url: str, tmp_path: Path
+) -> None:
+    with Coordinator(db_url) as coord:
+        coord.register(FORWARD)
+        saga_id = failed_then_fixed(coord, tmp_path)
+        killed(db_url, skip_args(saga_id), "before_retry_commit", tmp_path / "skip.log")
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.FAILED
+        assert view.step("invoice").status is StepStatus.FAILED  # no result recorded
+        expire_lease(coord, saga_id)
+
+        again = run_saga("--db", db_url, "--app", APP, *skip_args(saga_id), cwd=tmp_path)
+        assert again.returncode == 0, again.stdout + again.stderr
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.COMPLETED
+        assert view.step("invoice").result == {"invoice": 7}
+        assert view.step("invoice").attempt == 2  # done by hand: never run again
+        check_history(view, coord.store.events(saga_id))
+
+
+def test_a_skip_killed_before_the_saga_completes_is_finished_by_recovery(
+    db_url: str, tmp_path: Path
+) -> None:
+    with Coordinator(db_url) as coord:
+        coord.register(FORWARD)
+        saga_id = failed_then_fixed(coord, tmp_path)
+        killed(db_url, skip_args(saga_id), "before_final_commit", tmp_path / "skip.log")
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.RUNNING  # the step's result is recorded
+        assert view.step("invoice").status is StepStatus.SUCCEEDED
+        expire_lease(coord, saga_id)
+
+        coord.recover()
+
+        view = coord.get(saga_id)
+        assert view.status is SagaStatus.COMPLETED
+        assert view.step("invoice").result == {"invoice": 7}
+        assert view.step("invoice").attempt == 2
+        check_history(view, coord.store.events(saga_id))
