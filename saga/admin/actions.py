@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shlex
+from typing import Any
 
 from saga._internal import engine
 from saga._internal.coordinator import Coordinator
@@ -53,11 +54,16 @@ def retry(coord: Coordinator, saga_id: SagaRef, from_step: str | None = None) ->
 def skip(coord: Coordinator, saga_id: SagaRef, step: str, result: str, reason: str) -> SagaView:
     """Record that an operator did ``step`` of a saga failed past its pivot by hand, its
     result the JSON text ``result`` ("null" for none), then carry the saga forward."""
+    value = parse_result(result)
+    return coord.skip(saga_id_of(coord, saga_id), step=step, result=value, reason=reason)
+
+
+def parse_result(result: str) -> Any:
+    """A step's result as an operator typed it, JSON text ("null" for none)."""
     try:
-        value = json.loads(result)
+        return json.loads(result)
     except ValueError as error:
         raise ConfigurationError(f"--result must be JSON (null for none): {error}") from None
-    return coord.skip(saga_id_of(coord, saga_id), step=step, result=value, reason=reason)
 
 
 def retry_compensation(coord: Coordinator, saga_id: SagaRef) -> SagaView:

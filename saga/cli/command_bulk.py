@@ -1,8 +1,8 @@
 """The operator verbs on many sagas at once: ``saga compensate --status failed --older-than 1h``.
 
-:func:`acting_command` registers ``compensate``, ``resume``, ``pause``, ``cancel``
-and ``retry-compensation``. Named by ``ID`` or ``--key`` they act on that one saga
-exactly as before (:func:`~saga.cli.options.naming_command`). Given filters
+:func:`acting_command` registers every verb that acts on sagas (their builders are
+in :mod:`saga.cli.commands_ops`). Named by ``ID`` or ``--key`` they act on that one
+saga (:func:`act_on_one`). Given filters
 instead (``--status``, ``--name``, ``--key-prefix``, ``--step``,
 ``--older-than``, ``--stuck``) they select sagas (:class:`saga.admin.Selection`),
 list them with what would be done, and act only with ``--yes``, or when the
@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import inspect
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Annotated
 
 import typer
@@ -25,7 +25,8 @@ from rich.text import Text
 
 from saga import admin
 from saga._internal.coordinator import Coordinator
-from saga._internal.errors import ConfigurationError, UnknownSagaError
+from saga._internal.errors import ConfigurationError, SagaHandedBack, UnknownSagaError
+from saga._internal.views import SagaView
 from saga.cli.options import (
     AgeFilter,
     JsonFlag,
@@ -37,6 +38,7 @@ from saga.cli.options import (
     StuckFlag,
     app,
 )
+from saga.cli.render import render_standing
 from saga.cli.session import FAILED, OK, Session, named, reporting, session_of
 
 VerbName = Annotated[
@@ -67,19 +69,7 @@ DryRunFlag = Annotated[
 YesFlag = Annotated[
     bool, typer.Option("--yes", "-y", help="With filters: act on every saga they match.")
 ]
-FromStepOption = Annotated[
-    str | None,
-    typer.Option(
-        "--from",
-        help="Run again from this step on (you checked what it did); each step from there "
-        "that succeeded must be declared idempotent.",
-        metavar="STEP",
-    ),
-]
 
-ActingHandler = Callable[[typer.Context, bool, admin.SagaRef, Mapping[str, str]], None]
-"""A command's body for one saga: the ``--json`` flag, the saga its arguments name, and
-the verb's own options (``retry --from``)."""
 
 SELECTING = (
     "Or, given filters instead of an ID, every saga they all match: listed with what "
@@ -104,8 +94,6 @@ class BulkArgs:
     batch_size: int | None = None
     dry_run: bool = False
     yes: bool = False
-    options: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """The verb's own options (``retry --from``: ``from_step``)."""
 
     @property
     def filtered(self) -> bool:
@@ -139,15 +127,24 @@ class BulkArgs:
             )
 
 
-def acting_command(
-    command: str, *, from_step: bool = False
-) -> Callable[[ActingHandler], ActingHandler]:
-    """Register ``saga COMMAND`` for one saga (``ID`` or ``--key K [--name N]``, handled
-    by the handler as :func:`~saga.cli.options.naming_command` does) or for the sagas
-    that filters select (``admin.VERBS[command]`` on each). ``from_step``: the command
-    takes ``--from STEP`` (``retry``), given to the verb as ``from_step``."""
+VerbBuilder = Callable[..., admin.Verb]
+"""A command's verb, given the command's own options: its keyword parameters, annotated
+for typer as any command's are (``retry``'s ``--from``, ``skip``'s ``--step``,
+``--result`` and ``--reason``). It checks them (a ``ConfigurationError`` names what is
+wrong before anything is read or changed) and returns what to apply to each saga."""
 
-    def register(handler: ActingHandler) -> ActingHandler:
+
+def acting_command(command: str) -> Callable[[VerbBuilder], VerbBuilder]:
+    """Register ``saga COMMAND`` for one saga (``ID`` or ``--key K [--name N]``) or for
+    the sagas that filters select, the builder's docstring as its help and its
+    parameters as the command's own options. A builder that takes ``step`` (the step the
+    verb is about) has it serve as the ``--step`` filter too: with filters, the sagas
+    whose current step it is."""
+
+    def register(build: VerbBuilder) -> VerbBuilder:
+        own = list(inspect.signature(build, eval_str=True).parameters.values())
+        names_step = any(parameter.name == "step" for parameter in own)
+
         def parsed(
             ctx: typer.Context,
             saga_id: MaybeSagaId = None,
@@ -163,30 +160,54 @@ def acting_command(
             dry_run: DryRunFlag = False,
             yes: YesFlag = False,
             json_output: JsonFlag = False,
-            from_step: FromStepOption = None,
+            **options: object,
         ) -> None:
+            if names_step:
+                options["step"] = step
+            one = saga_id is not None or key is not None
             args = BulkArgs(
-                tuple(status or ()), key_prefix, step, older_than, stuck, limit, batch_size
+                tuple(status or ()),
+                key_prefix,
+                None if names_step and one else step,
+                older_than,
+                stuck,
+                limit,
+                batch_size,
             )
-            options = {} if from_step is None else {"from_step": from_step}
-            args = dataclasses.replace(args, dry_run=dry_run, yes=yes, options=options)
-            _dispatch(ctx, command, handler, json_output, args, (saga_id, key, name))
+            args = dataclasses.replace(args, dry_run=dry_run, yes=yes)
+            with reporting(session_of(ctx), json_output):
+                verb = build(**options)
+            _dispatch(ctx, command, verb, json_output, args, (saga_id, key, name))
 
-        parsed.__doc__ = f"{handler.__doc__}\n\n{SELECTING}"
-        if not from_step:  # typer reads the signature: the option is not offered
-            signature = inspect.signature(parsed, eval_str=True)
-            kept = [p for p in signature.parameters.values() if p.name != "from_step"]
-            parsed.__signature__ = signature.replace(parameters=kept)  # type: ignore[attr-defined]
+        parsed.__doc__ = f"{build.__doc__}\n\n{SELECTING}"
+        parsed.__signature__ = _with_own_options(parsed, own)  # type: ignore[attr-defined]
         app.command(command)(parsed)
-        return handler
+        return build
 
     return register
+
+
+def _with_own_options(
+    parsed: Callable[..., None], own: list[inspect.Parameter]
+) -> inspect.Signature:
+    """``parsed``'s signature as typer is to read it: the common options, then the
+    builder's own (keyword-only, gathered by ``**options``). A builder's ``step``
+    replaces the ``--step`` filter (the same option, its help the builder's)."""
+    common = inspect.signature(parsed, eval_str=True)  # typer needs the evaluated hints
+    names = {parameter.name for parameter in own}
+    kept = [
+        parameter
+        for parameter in common.parameters.values()
+        if parameter.kind is not parameter.VAR_KEYWORD and parameter.name not in names
+    ]
+    extra = [parameter.replace(kind=parameter.KEYWORD_ONLY) for parameter in own]
+    return common.replace(parameters=[*kept, *extra])
 
 
 def _dispatch(
     ctx: typer.Context,
     command: str,
-    handler: ActingHandler,
+    verb: admin.Verb,
     json_output: bool,
     args: BulkArgs,
     naming: tuple[str | None, str | None, str | None],
@@ -196,15 +217,51 @@ def _dispatch(
         if name is None and not args.filtered:
             with reporting(session_of(ctx), json_output):
                 raise ConfigurationError(NO_TARGET)
-        run_bulk(ctx, command, json_output, args, name)
+        run_bulk(ctx, command, json_output, args, name, verb)
         return
     with reporting(session_of(ctx), json_output):
         args.refuse_beside_one_saga()
-    handler(ctx, json_output, named(ctx, json_output, saga_id, key, name), args.options)
+    ref = named(ctx, json_output, saga_id, key, name)
+    act_on_one(ctx, json_output, lambda coord: verb(coord, ref))
+
+
+def act_on_one(
+    ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], SagaView]
+) -> None:
+    """Run one operator action and say where the saga now stands.
+
+    A compensation that failed again and waits for its next attempt is no error: the
+    saga is ``compensating`` and a worker retries it when due, so the command says so
+    and exits 0 (its JSON adds ``waiting``)."""
+    session = session_of(ctx)
+    with reporting(session, json_output):
+        coord = session.coordinator()
+        waiting: admin.Waiting | None = None
+        try:
+            view = action(coord)
+        except SagaHandedBack as handed:
+            if not handed.waiting:
+                raise
+            waiting = admin.waiting_after(coord, handed)
+            view = admin.get_saga(coord, handed.saga_id)
+        if session.wants_json(json_output):
+            summary = admin.saga_summary(view, coord.store.now())
+            if waiting is not None:
+                summary["waiting"] = waiting.as_json()
+            session.emit_json(summary)
+        elif waiting is not None:
+            session.say(waiting.text)
+        else:
+            render_standing(session, view)
 
 
 def run_bulk(
-    ctx: typer.Context, command: str, json_output: bool, args: BulkArgs, name: str | None
+    ctx: typer.Context,
+    command: str,
+    json_output: bool,
+    args: BulkArgs,
+    name: str | None,
+    verb: admin.Verb,
 ) -> None:
     """Select, then list or act, then report; exit 0 when every saga was acted on (or a
     dry run listed them), 1 when any was refused or failed."""
@@ -215,11 +272,11 @@ def run_bulk(
         coord = session.coordinator()
         acting = _acting(coord, selection, args)
         targets = admin.select_sagas(coord, selection, page=batch)
-        verb = admin.verb_with(command, args.options)
         with _progress(session, command, selection.limit) as progress:
             report = admin.act_on_many(
                 coord, targets, verb, batch_size=batch, progress=progress, dry_run=not acting
             )
+        report = dataclasses.replace(report, action=command)
         if session.wants_json(json_output):
             session.emit_json({**report.as_json(), "selection": selection.as_json()})
         else:

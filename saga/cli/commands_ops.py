@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Annotated
 
 import typer
@@ -13,11 +13,11 @@ from rich.progress import Progress
 
 from saga import admin
 from saga._internal.coordinator import Coordinator
-from saga._internal.errors import ConfigurationError, SagaHandedBack
+from saga._internal.errors import ConfigurationError
 from saga._internal.views import SagaView
 from saga.cli.command_bulk import acting_command
-from saga.cli.options import JsonFlag, KeyOption, NameOption, SagaId, app
-from saga.cli.render import render_recovery, render_standing
+from saga.cli.options import JsonFlag, KeyOption, NameOption, app
+from saga.cli.render import render_recovery
 from saga.cli.session import FAILED, OK, Session, reporting, session_of
 
 VerbOptions = Mapping[str, str]
@@ -83,131 +83,120 @@ def _progress(session: Session) -> Iterator[admin.Progress | None]:
 
 
 # -- operator actions -------------------------------------------------------------------------
+# Each builder below is a command (acting_command): its docstring the help, its
+# parameters the command's own options, its answer the verb applied to each saga.
 
-
-def _act(ctx: typer.Context, json_output: bool, action: Callable[[Coordinator], SagaView]) -> None:
-    """Run one operator action and say where the saga now stands.
-
-    A compensation that failed again and waits for its next attempt is no error: the
-    saga is ``compensating`` and a worker retries it when due, so the command says so
-    and exits 0 (its JSON adds ``waiting``)."""
-    session = session_of(ctx)
-    with reporting(session, json_output):
-        coord = session.coordinator()
-        waiting: admin.Waiting | None = None
-        try:
-            view = action(coord)
-        except SagaHandedBack as handed:
-            if not handed.waiting:
-                raise
-            waiting = admin.waiting_after(coord, handed)
-            view = admin.get_saga(coord, handed.saga_id)
-        if session.wants_json(json_output):
-            summary = admin.saga_summary(view, coord.store.now())
-            if waiting is not None:
-                summary["waiting"] = waiting.as_json()
-            session.emit_json(summary)
-        elif waiting is not None:
-            session.say(waiting.text)
-        else:
-            render_standing(session, view)
+FromStep = Annotated[
+    str | None,
+    typer.Option(
+        "--from",
+        help="Run again from this step on (you checked what it did); each step from there "
+        "that succeeded must be declared idempotent.",
+        metavar="STEP",
+    ),
+]
+Reason = Annotated[
+    str, typer.Option("--reason", help="What you did; it is recorded.", metavar="TEXT")
+]
 
 
 @acting_command("compensate")
-def compensate_command(
-    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
-) -> None:
+def compensate_verb() -> admin.Verb:
     """Unwind a saga now (refused past its pivot or once it finished)."""
-    _act(ctx, json_output, lambda coord: admin.compensate(coord, ref))
+    return admin.compensate
 
 
 @acting_command("resume")
-def resume_command(
-    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
-) -> None:
+def resume_verb() -> admin.Verb:
     """Carry a stuck or paused declarative saga forward now (needs --app)."""
-    _act(ctx, json_output, lambda coord: admin.resume(coord, ref))
+    return admin.resume
 
 
 @acting_command("pause")
-def pause_command(
-    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
-) -> None:
+def pause_verb() -> admin.Verb:
     """Hold a running saga at its next step boundary, nothing compensated (resume goes on)."""
-    _act(ctx, json_output, lambda coord: admin.pause(coord, ref))
+    return admin.pause
 
 
 @acting_command("cancel")
-def cancel_command(
-    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
-) -> None:
+def cancel_verb() -> admin.Verb:
     """Stop a running saga at its next step boundary and unwind it."""
-    _act(ctx, json_output, lambda coord: admin.cancel(coord, ref))
+    return admin.cancel
 
 
-@acting_command("retry", from_step=True)
-def retry_command(
-    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, options: VerbOptions
-) -> None:
+@acting_command("retry")
+def retry_verb(from_step: FromStep = None) -> admin.Verb:
     """Run forward again a saga that failed past its pivot, once the cause is fixed
     (the failed step with a fresh attempt budget, then the rest; with --from STEP, that
     step and every step after it; needs --app)."""
-    _act(ctx, json_output, lambda coord: admin.verb_with("retry", options)(coord, ref))
+    return admin.verb_with("retry", {} if from_step is None else {"from_step": from_step})
 
 
 @acting_command("retry-compensation")
-def retry_compensation_command(
-    ctx: typer.Context, json_output: bool, ref: admin.SagaRef, _options: VerbOptions
-) -> None:
+def retry_compensation_verb() -> admin.Verb:
     """Run a failed saga's compensations again, with a fresh attempt budget."""
-    _act(ctx, json_output, lambda coord: admin.retry_compensation(coord, ref))
+    return admin.retry_compensation
 
 
-@app.command("mark-compensated")
-def mark_compensated_command(
-    ctx: typer.Context,
-    saga_id: SagaId,
+@acting_command("mark-compensated")
+def mark_compensated_verb(
     step: Annotated[
-        str, typer.Option("--step", help="The step you undid by hand.", metavar="STEP")
+        str,
+        typer.Option(
+            "--step",
+            help="The step you undid by hand (with filters: the sagas stopped at it).",
+            metavar="STEP",
+        ),
     ],
-    reason: Annotated[
-        str, typer.Option("--reason", help="What you did; it is recorded.", metavar="TEXT")
-    ],
-    json_output: JsonFlag = False,
-) -> None:
+    reason: Reason,
+) -> admin.Verb:
     """Record that you undid a failed saga's step by hand, then unwind the rest."""
-    _act(ctx, json_output, lambda coord: admin.mark_compensated(coord, saga_id, step, reason))
+    _said(reason, "--reason must say what was done by hand; it is recorded")
+
+    def mark_compensated(coord: Coordinator, ref: admin.SagaRef) -> SagaView:
+        return admin.mark_compensated(coord, ref, step, reason)
+
+    return mark_compensated
 
 
-@app.command("skip")
-def skip_command(
-    ctx: typer.Context,
-    saga_id: SagaId,
+@acting_command("skip")
+def skip_verb(
     step: Annotated[
-        str, typer.Option("--step", help="The failed step you did by hand.", metavar="STEP")
+        str,
+        typer.Option(
+            "--step",
+            help="The failed step you did by hand (with filters: the sagas stopped at it).",
+            metavar="STEP",
+        ),
     ],
-    reason: Annotated[
-        str, typer.Option("--reason", help="What you did; it is recorded.", metavar="TEXT")
-    ],
+    reason: Reason,
     result: Annotated[
         str,
         typer.Option(
             "--result", help="What the step would have returned, as JSON.", metavar="JSON"
         ),
     ] = "null",
-    json_output: JsonFlag = False,
-) -> None:
+) -> admin.Verb:
     """Record that you did a failed step of a saga past its pivot by hand (its result as
     if it had returned it), then carry the saga forward (needs --app)."""
-    _act(ctx, json_output, lambda coord: admin.skip(coord, saga_id, step, result, reason))
+    _said(reason, "skip: the reason must say what was done by hand")
+    admin.parse_result(result)
+
+    def skip(coord: Coordinator, ref: admin.SagaRef) -> SagaView:
+        return admin.skip(coord, ref, step, result, reason)
+
+    return skip
 
 
-@app.command("mark-step")
-def mark_step_command(
-    ctx: typer.Context,
-    saga_id: SagaId,
+@acting_command("mark-step")
+def mark_step_verb(
     step: Annotated[
-        str, typer.Option("--step", help="The step whose outcome is in doubt.", metavar="STEP")
+        str,
+        typer.Option(
+            "--step",
+            help="The step whose outcome is in doubt (with filters: the sagas stopped at it).",
+            metavar="STEP",
+        ),
     ],
     did_not_happen: Annotated[
         bool,
@@ -219,14 +208,20 @@ def mark_step_command(
     reason: Annotated[
         str, typer.Option("--reason", help="How you know; it is recorded.", metavar="TEXT")
     ] = "",
-    json_output: JsonFlag = False,
-) -> None:
+) -> admin.Verb:
     """Record what really happened to a step given up in doubt (a failed saga's pivot that
     never returned), so that `saga retry-compensation` may unwind the saga."""
+    if not did_not_happen:  # the one outcome an operator can record today
+        raise ConfigurationError("say what happened to the step: --did-not-happen")
+    _said(reason, "--reason must say how you know; it is recorded")
 
-    def mark(coord: Coordinator) -> SagaView:
-        if not did_not_happen:  # the one outcome an operator can record today
-            raise ConfigurationError("say what happened to the step: --did-not-happen")
-        return admin.mark_step(coord, saga_id, step, reason)
+    def mark_step(coord: Coordinator, ref: admin.SagaRef) -> SagaView:
+        return admin.mark_step(coord, ref, step, reason)
 
-    _act(ctx, json_output, mark)
+    return mark_step
+
+
+def _said(reason: str, why: str) -> None:
+    """Refuse an empty reason before anything is read (the admin functions check it too)."""
+    if not reason.strip():
+        raise ConfigurationError(why)

@@ -1,0 +1,147 @@
+"""Where a 3-step saga's time goes, on PostgreSQL: client CPU by layer, server cost.
+
+Not a test: it prints figures (docs/performance.md, "Where the time goes").
+
+* **Client CPU by layer**: workload 1 (3 no-op steps, one caller) under cProfile, each
+  function's own time summed by where its code lives: saga's engine, the rest of
+  saga, its SQL adapters, psycopg, SQLAlchemy, the standard library. Time spent
+  waiting for the server (the driver's wait on its socket) is reported apart.
+* **Client CPU against the floor**: ``resource.getrusage`` of this process over ``n``
+  sagas, and over the raw-psycopg floor doing the same n+1 single-row commits.
+* **Server cost**: WAL bytes (``pg_current_wal_lsn()`` deltas) per saga, saga's and
+  the floor's, and the table + index bytes a finished saga occupies.
+
+    python -m benchmarks.where_time_goes [--postgres URL] [--n 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import resource
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+import saga
+from benchmarks.common import DEFAULT_POSTGRES, W1, dedicated_database, libpq_url, measure
+from benchmarks.floor_bench import FloorSystem
+from benchmarks.saga_bench import SagaSystem
+
+PACKAGE = str(Path(saga.__file__).resolve().parent)
+LAYERS = (
+    ("saga engine", f"{PACKAGE}/_internal/engine/"),
+    ("saga SQL adapters", f"{PACKAGE}/adapters/"),
+    ("saga (rest)", f"{PACKAGE}/"),
+    ("psycopg", "/psycopg/"),
+    ("SQLAlchemy", "/sqlalchemy/"),
+)
+WAITING = ("wait", "select", "poll", "wait_conn")
+
+
+def cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def layer_of(filename: str) -> str:
+    for name, marker in LAYERS:
+        if marker in filename:
+            return name
+    return "Python and the rest"
+
+
+def by_layer(call: Callable[[], None], n: int) -> tuple[dict[str, float], float]:
+    """Own time per layer (seconds per saga), and the time spent waiting on the server."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    measure(call, n)
+    profiler.disable()
+    layers: dict[str, float] = {}
+    waiting = 0.0
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    for (filename, _line, function), (_cc, _nc, own, _cum, _callers) in stats.items():
+        if function in WAITING and ("psycopg" in filename or filename == "~"):
+            waiting += own
+            continue
+        layer = layer_of(filename)
+        layers[layer] = layers.get(layer, 0.0) + own
+    return {k: v / n for k, v in layers.items()}, waiting / n
+
+
+def cpu_per_saga(call: Callable[[], None], n: int) -> float:
+    spent = cpu()
+    measure(call, n)
+    return (cpu() - spent) / n
+
+
+def wal_per_saga(url: str, call: Callable[[], None], n: int) -> float:
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        before = connection.execute("SELECT pg_current_wal_lsn()").fetchone()
+        measure(call, n)
+        row = connection.execute(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (before[0] if before else None,)
+        ).fetchone()
+    return float(row[0]) / n if row else 0.0
+
+
+def bytes_per_saga(url: str) -> tuple[float, int]:
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute("VACUUM ANALYZE")
+        row = connection.execute(
+            "SELECT sum(pg_total_relation_size(c.oid)),"
+            " (SELECT count(*) FROM saga_instances)"
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE c.relkind = 'r' AND c.relname LIKE 'saga\\_%' AND n.nspname = current_schema()"
+        ).fetchone()
+    assert row is not None
+    return float(row[0]) / max(1, int(row[1])), int(row[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
+    parser.add_argument("--n", type=int, default=2000)
+    args = parser.parse_args()
+    with dedicated_database(args.postgres, "where_saga") as saga_url:
+        system = SagaSystem(saga_url, "postgresql")
+        try:
+            call = system.caller(W1)
+            measure(call, 50)  # warm: connections, prepared statements
+            layers, waiting = by_layer(call, args.n // 4)
+            saga_cpu = cpu_per_saga(call, args.n)
+            saga_wal = wal_per_saga(saga_url, call, args.n // 4)
+        finally:
+            system.close()
+        table_bytes, sagas = bytes_per_saga(saga_url)
+    with dedicated_database(args.postgres, "where_floor") as floor_url:
+        floor = FloorSystem(floor_url, "postgresql")
+        try:
+            floor_call = floor.caller(W1)
+            measure(floor_call, 50)
+            floor_cpu = cpu_per_saga(floor_call, args.n)
+            floor_wal = wal_per_saga(floor_url, floor_call, args.n // 4)
+        finally:
+            floor.close()
+    print(
+        f"client CPU per 3-step saga: saga {saga_cpu * 1e3:.3f} ms, floor (n+1 commits)"
+        f" {floor_cpu * 1e3:.3f} ms: {saga_cpu / floor_cpu:.2f}x"
+    )
+    print(
+        f"WAL per saga: saga {saga_wal:,.0f} bytes, floor {floor_wal:,.0f} bytes:"
+        f" {saga_wal / floor_wal:.2f}x"
+    )
+    print(f"tables and indexes per finished saga: {table_bytes:,.0f} bytes ({sagas:,} sagas)")
+    print(
+        f"under cProfile (which slows Python code), per saga: waiting on the server"
+        f" {waiting * 1e3:.3f} ms; own time by layer:"
+    )
+    total = sum(layers.values())
+    for name, seconds in sorted(layers.items(), key=lambda item: -item[1]):
+        print(f"  {name:<22} {seconds * 1e3:7.3f} ms  {seconds / total:5.1%}")
+
+
+if __name__ == "__main__":
+    main()
