@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
+import saga.adapters
 
 import saga
 from benchmarks.common import DEFAULT_POSTGRES, W1, dedicated_database, libpq_url, measure
@@ -31,9 +32,10 @@ from benchmarks.floor_bench import FloorSystem
 from benchmarks.saga_bench import SagaSystem
 
 PACKAGE = str(Path(saga.__file__).resolve().parent)
+ADAPTERS = str(Path(saga.adapters.__file__).resolve().parent)  # adapters/ in a checkout
 LAYERS = (
     ("saga engine", f"{PACKAGE}/_internal/engine/"),
-    ("saga SQL adapters", f"{PACKAGE}/adapters/"),
+    ("saga SQL adapters", f"{ADAPTERS}/"),
     ("saga (rest)", f"{PACKAGE}/"),
     ("psycopg", "/psycopg/"),
     ("SQLAlchemy", "/sqlalchemy/"),
@@ -53,22 +55,30 @@ def layer_of(filename: str) -> str:
     return "Python and the rest"
 
 
-def by_layer(call: Callable[[], None], n: int) -> tuple[dict[str, float], float]:
-    """Own time per layer (seconds per saga), and the time spent waiting on the server."""
+Profile = tuple[dict[str, float], float, list[tuple[float, str]]]
+"""Own time per layer and waiting (seconds per saga), and the top functions outside saga."""
+
+
+def by_layer(call: Callable[[], None], n: int) -> Profile:
+    """Own time per layer (seconds per saga), the time spent waiting on the server, and
+    the functions outside saga and the drivers that take the most."""
     profiler = cProfile.Profile()
     profiler.enable()
     measure(call, n)
     profiler.disable()
     layers: dict[str, float] = {}
     waiting = 0.0
+    rest: list[tuple[float, str]] = []
     stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    for (filename, _line, function), (_cc, _nc, own, _cum, _callers) in stats.items():
+    for (filename, line, function), (_cc, _nc, own, _cum, _callers) in stats.items():
         if function in WAITING and ("psycopg" in filename or filename == "~"):
             waiting += own
             continue
         layer = layer_of(filename)
         layers[layer] = layers.get(layer, 0.0) + own
-    return {k: v / n for k, v in layers.items()}, waiting / n
+        if layer == "Python and the rest":
+            rest.append((own / n, f"{Path(filename).name}:{line}({function})"))
+    return {k: v / n for k, v in layers.items()}, waiting / n, sorted(rest, reverse=True)[:8]
 
 
 def cpu_per_saga(call: Callable[[], None], n: int) -> float:
@@ -85,6 +95,25 @@ def wal_per_saga(url: str, call: Callable[[], None], n: int) -> float:
             "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (before[0] if before else None,)
         ).fetchone()
     return float(row[0]) / n if row else 0.0
+
+
+def wal_by_relation(url: str, call: Callable[[], None], n: int) -> list[tuple[str, float]]:
+    """WAL bytes per saga by the table or index each record wrote (its first block;
+    ``pg_walinspect``), full-page images included; "commit" for the commit records."""
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        start = connection.execute("SELECT pg_current_wal_lsn()").fetchone()
+        measure(call, n)
+        rows = connection.execute(
+            "SELECT coalesce(c.relname, CASE WHEN w.resource_manager = 'Transaction'"
+            " THEN 'commit' ELSE w.resource_manager END), sum(w.record_length)"
+            " FROM pg_get_wal_records_info(%s, pg_current_wal_lsn()) w"
+            " LEFT JOIN pg_class c ON c.relfilenode ="
+            "  nullif(substring(w.block_ref from 'rel [0-9]+/[0-9]+/([0-9]+)'), '')::oid"
+            " GROUP BY 1 ORDER BY 2 DESC",
+            (start[0] if start else None,),
+        ).fetchall()
+    return [(str(name), float(size) / n) for name, size in rows]
 
 
 def bytes_per_saga(url: str) -> tuple[float, int]:
@@ -110,9 +139,10 @@ def main() -> None:
         try:
             call = system.caller(W1)
             measure(call, 50)  # warm: connections, prepared statements
-            layers, waiting = by_layer(call, args.n // 4)
+            layers, waiting, rest = by_layer(call, args.n // 4)
             saga_cpu = cpu_per_saga(call, args.n)
             saga_wal = wal_per_saga(saga_url, call, args.n // 4)
+            wal_shares = wal_by_relation(saga_url, call, args.n // 4)
         finally:
             system.close()
         table_bytes, sagas = bytes_per_saga(saga_url)
@@ -133,6 +163,9 @@ def main() -> None:
         f"WAL per saga: saga {saga_wal:,.0f} bytes, floor {floor_wal:,.0f} bytes:"
         f" {saga_wal / floor_wal:.2f}x"
     )
+    print("  saga's WAL per saga by what it wrote (pg_walinspect, record lengths):")
+    for name, size in wal_shares[:12]:
+        print(f"    {size:7,.0f} bytes  {name}")
     print(f"tables and indexes per finished saga: {table_bytes:,.0f} bytes ({sagas:,} sagas)")
     print(
         f"under cProfile (which slows Python code), per saga: waiting on the server"
@@ -141,6 +174,9 @@ def main() -> None:
     total = sum(layers.values())
     for name, seconds in sorted(layers.items(), key=lambda item: -item[1]):
         print(f"  {name:<22} {seconds * 1e3:7.3f} ms  {seconds / total:5.1%}")
+    print("  of which, outside saga and the drivers:")
+    for seconds, where in rest:
+        print(f"    {seconds * 1e3:7.3f} ms  {where}")
 
 
 if __name__ == "__main__":
