@@ -14,21 +14,18 @@ operator retries from ``stamp``. The real command is killed (``SAGA_FAULTS``):
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
 
 from saga import Coordinator, SagaFailed, SagaStatus, StepStatus
-from tests.children import log_tail, spawn
 from tests.cli.conftest import run_saga
 from tests.cli.forward_steps import FORWARD_FROM
 from tests.crash.invariants import check_history
+from tests.crash.test_retry_kill import APP, killed
 from tests.integration.support import expire_lease
 
 pytestmark = pytest.mark.crash
-
-APP = "tests.cli.forward_steps"
 
 
 def failed_then_fixed(coord: Coordinator, tmp_path: Path) -> str:
@@ -42,15 +39,7 @@ def failed_then_fixed(coord: Coordinator, tmp_path: Path) -> str:
 
 
 def killed_retry_from(url: str, saga_id: str, fault: str, log: Path) -> None:
-    with log.open("a") as output:
-        child = spawn(
-            "saga.cli",
-            ["--db", url, "--app", APP, "retry", saga_id, "--from", "stamp"],
-            faults=fault,
-            stdout=output,
-            stderr=output,
-        )
-        assert child.wait(120) == -signal.SIGKILL, log_tail(log)
+    killed(url, ["retry", saga_id, "--from", "stamp"], fault, log)
 
 
 def test_a_retry_from_killed_after_its_claim_is_run_again(db_url: str, tmp_path: Path) -> None:
