@@ -13,6 +13,7 @@ from saga import (
     AsyncCoordinator,
     ConfigurationError,
     Coordinator,
+    DefinitionError,
     OperationRefusedError,
     PayloadError,
     Saga,
@@ -208,3 +209,49 @@ def test_async_skip(db_url: str) -> None:
             return view.status
 
     assert asyncio.run(scenario()) is SagaStatus.COMPLETED
+
+
+# -- versions side by side ------------------------------------------------------------------
+
+
+def _versioned(outage: Outage, name: str, version: int, extra: bool = False) -> Saga:
+    saga = Saga(name, version=version)
+    saga.step(name="charge", retry=fast(1))(outage.step).compensation()(outage.step)
+    saga.step(name="ship", pivot=True, retry=fast(1))(outage.step)
+    saga.step(name="invoice", retry=fast(1, retry_on=(RuntimeError,)))(outage.step)
+    if extra:
+        saga.step(name="survey", retry=fast(1))(outage.step)
+    return saga
+
+
+def test_retry_runs_the_version_the_saga_started_with(db_url: str) -> None:
+    outage = Outage()
+    v1 = _versioned(outage, "retry-versions", 1)
+    with Coordinator(db_url) as coord:
+        coord.register(v1)
+        saga_id = _failed(coord, v1)
+    outage.down = False
+    v2 = _versioned(outage, "retry-versions", 2, extra=True)  # the fix shipped as version 2
+    with Coordinator(db_url) as coord:
+        coord.register(_versioned(outage, "retry-versions", 1), v2)  # side by side
+        view = coord.retry(saga_id)
+    assert view.status is SagaStatus.COMPLETED
+    assert (view.version, view.fingerprint) == (1, v1.fingerprint)
+    assert "survey" not in [step for step, _ in outage.calls]  # version 2's step: not run
+
+
+def test_retry_under_a_definition_changed_in_place_is_refused_naming_both(db_url: str) -> None:
+    outage = Outage()
+    v1 = _versioned(outage, "retry-in-place", 1)
+    with Coordinator(db_url) as coord:
+        coord.register(v1)
+        saga_id = _failed(coord, v1)
+        before = coord.history(saga_id)
+    edited = _versioned(outage, "retry-in-place", 1, extra=True)  # same version, new steps
+    with Coordinator(db_url) as coord:
+        coord.register(edited)
+        with pytest.raises(DefinitionError, match="its steps changed in place") as refused:
+            coord.retry(saga_id)
+        assert v1.fingerprint in str(refused.value)
+        assert edited.fingerprint in str(refused.value)
+        assert coord.history(saga_id) == before
