@@ -64,6 +64,7 @@ class OwnerLiveness:
         self._connect_args = connect_args
         self._lock = threading.Lock()
         self._session: Connection | None = None
+        self._watched: Connection | None = None  # the session a watcher thread waits on
         self._owners: set[str] = set()
         self._closing = threading.Event()
 
@@ -79,6 +80,7 @@ class OwnerLiveness:
             self._closing.clear()
             if self._dialect.name == "postgresql":
                 self._register_session(owner)
+                self._watch_session()
             elif self._dialect.name == "sqlite" and is_file_database(self._url):
                 self._register_process(owner)  # (an in-memory database has one process)
             self._owners.add(owner)
@@ -101,6 +103,7 @@ class OwnerLiveness:
                 self._close_session()
                 for owner in self._owners:
                     self._register_session(owner)
+                self._watch_session()
 
     def release(self, owner: str) -> None:
         """Forget ``owner`` (a clean close). Its row stays: it holds nothing, and the next
@@ -222,10 +225,19 @@ class OwnerLiveness:
             engine.dispose()
             return None
         self._session = session
+        return session
+
+    def _watch_session(self) -> None:
+        """Watch the liveness session, once its owners are recorded on it: a watcher
+        started before would see the answers to those statements arrive on the socket,
+        and probe the session for nothing."""
+        session = self._session
+        if session is None or self._watched is session:
+            return
+        self._watched = session
         threading.Thread(
             target=self._watch, args=(session,), name="saga-liveness", daemon=True
         ).start()
-        return session
 
     def _close_session(self) -> None:
         if self._session is None:

@@ -45,6 +45,10 @@ LEGAL_STEP_MOVES = {
     (T.IN_DOUBT, T.RUNNING),
     (T.FAILED, T.SUCCEEDED),  # saga skip: done by hand, its result recorded
     (T.IN_DOUBT, T.SUCCEEDED),
+    (T.SUCCEEDED, T.RUNNING),  # saga retry --from: the chosen step runs again
+    (T.SUCCEEDED, T.PENDING),  # ... and the steps after it wait their turn again
+    (T.FAILED, T.PENDING),
+    (T.IN_DOUBT, T.PENDING),
     (T.COMPENSATING, T.COMPENSATING),
     (T.COMPENSATING, T.COMPENSATED),
 }
