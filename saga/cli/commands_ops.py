@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Annotated
 
 import typer
@@ -19,9 +19,6 @@ from saga.cli.command_bulk import acting_command
 from saga.cli.options import JsonFlag, KeyOption, NameOption, app
 from saga.cli.render import render_recovery
 from saga.cli.session import FAILED, OK, Session, reporting, session_of
-
-VerbOptions = Mapping[str, str]
-"""A verb's own options, as :func:`acting_command` gives them (``retry --from``)."""
 
 # -- recover ----------------------------------------------------------------------------------
 
