@@ -143,48 +143,49 @@ def acting_command(command: str) -> Callable[[VerbBuilder], VerbBuilder]:
 
     def register(build: VerbBuilder) -> VerbBuilder:
         own = list(inspect.signature(build, eval_str=True).parameters.values())
-        names_step = any(parameter.name == "step" for parameter in own)
-
-        def parsed(
-            ctx: typer.Context,
-            saga_id: MaybeSagaId = None,
-            key: KeyOption = None,
-            name: VerbName = None,
-            status: StatusFilter = None,
-            key_prefix: KeyPrefixFilter = None,
-            step: StepFilter = None,
-            older_than: AgeFilter = None,
-            stuck: StuckFlag = False,
-            limit: LimitOption = None,
-            batch_size: BatchOption = None,
-            dry_run: DryRunFlag = False,
-            yes: YesFlag = False,
-            json_output: JsonFlag = False,
-            **options: object,
-        ) -> None:
-            if names_step:
-                options["step"] = step
-            one = saga_id is not None or key is not None
-            args = BulkArgs(
-                tuple(status or ()),
-                key_prefix,
-                None if names_step and one else step,
-                older_than,
-                stuck,
-                limit,
-                batch_size,
-            )
-            args = dataclasses.replace(args, dry_run=dry_run, yes=yes)
-            with reporting(session_of(ctx), json_output):
-                verb = build(**options)
-            _dispatch(ctx, command, verb, json_output, args, (saga_id, key, name))
-
+        parsed = _parsing(command, build, any(p.name == "step" for p in own))
         parsed.__doc__ = f"{build.__doc__}\n\n{SELECTING}"
         parsed.__signature__ = _with_own_options(parsed, own)  # type: ignore[attr-defined]
         app.command(command)(parsed)
         return build
 
     return register
+
+
+def _parsing(command: str, build: VerbBuilder, names_step: bool) -> Callable[..., None]:
+    """The function typer calls for ``saga COMMAND``: the common options by name, the
+    builder's own gathered by ``**options`` (``_with_own_options`` tells typer of them)."""
+
+    def parsed(
+        ctx: typer.Context,
+        saga_id: MaybeSagaId = None,
+        key: KeyOption = None,
+        name: VerbName = None,
+        status: StatusFilter = None,
+        key_prefix: KeyPrefixFilter = None,
+        step: StepFilter = None,
+        older_than: AgeFilter = None,
+        stuck: StuckFlag = False,
+        limit: LimitOption = None,
+        batch_size: BatchOption = None,
+        dry_run: DryRunFlag = False,
+        yes: YesFlag = False,
+        json_output: JsonFlag = False,
+        **options: object,
+    ) -> None:
+        if names_step:
+            options["step"] = step
+        one = saga_id is not None or key is not None
+        step_filter = None if names_step and one else step
+        args = BulkArgs(
+            tuple(status or ()), key_prefix, step_filter, older_than, stuck, limit, batch_size
+        )
+        args = dataclasses.replace(args, dry_run=dry_run, yes=yes)
+        with reporting(session_of(ctx), json_output):
+            verb = build(**options)
+        _dispatch(ctx, command, verb, json_output, args, (saga_id, key, name))
+
+    return parsed
 
 
 def _with_own_options(
