@@ -5,7 +5,9 @@ OLD and NEW are folders a build of saga was installed into (``pip install
 importing one build; the builds take turns, workload by workload, so that they
 share the machine's changing load alike. Printed: each build's median sagas/s
 (for ``wide``, one 10,000-step saga at concurrency 64: runs per second; for
-``async``, ``AsyncCoordinator`` with 256 sagas in flight at once) and the
+``async``, ``AsyncCoordinator`` with 256 sagas in flight at once; for ``recover-N``, one
+worker loop at concurrency N (4, ``saga worker``'s default, unless ``--only`` names
+another) finishing 1,000 sagas a SIGKILL left stuck) and the
 median of the per-turn ratios NEW/OLD (1.00: no change), and the client CPU (user +
 system, ``resource.getrusage`` of the measuring process) per saga with its ratio.
 """
@@ -19,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 from benchmarks.common import DEFAULT_POSTGRES, W1, W2, W4, W5, dedicated_database
 
@@ -27,9 +30,12 @@ import json, resource, sys, time, uuid
 def cpu():
     used = resource.getrusage(resource.RUSAGE_SELF)
     return used.ru_utime + used.ru_stime
+from pathlib import Path
 from benchmarks import saga_bench
 from benchmarks.common import WORKLOADS
+import saga
 from saga import Coordinator
+print(Path(saga.__file__).resolve())  # the parent checks that the build was measured
 if sys.argv[1] == "wide":  # one 10,000-step saga: a root, 64 parallel chains, a join
     saga = saga_bench.wide_definition(int(sys.argv[3]), 64)
     with Coordinator(sys.argv[2]) as coord:
@@ -56,6 +62,11 @@ elif sys.argv[1] == "async":  # AsyncCoordinator: n 3-step sagas by 256 tasks at
             done = 256 * (n // 256)
             return [done / (time.perf_counter() - began), (cpu() - spent) / done]
     print(json.dumps(asyncio.run(main(int(sys.argv[3])))))
+elif sys.argv[1].startswith("recover-"):  # one worker loop finishing n stuck sagas
+    from benchmarks import recovery
+    concurrency = int(sys.argv[1].removeprefix("recover-"))
+    recovery.copy_stuck(sys.argv[2], recovery.stuck_template(sys.argv[2]), int(sys.argv[3]))
+    print(json.dumps(recovery.worker_rate(sys.argv[2], int(sys.argv[3]), concurrency)))
 else:
     workload = next(w for w in WORKLOADS if w.key == sys.argv[1])
     spent = cpu()  # set-up included: the same for both builds, small against n sagas
@@ -67,9 +78,15 @@ else:
 def measure(build: str, workload: str, url: str, n: int, backend: str) -> tuple[float, float]:
     """(sagas/s, client CPU seconds per saga) of one build."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([build, os.getcwd()])}
-    args = [sys.executable, "-c", _CHILD, workload, url, str(n), backend]
+    # -P: ``-c`` would put the working directory first on the path, and a checkout's
+    # own ``saga`` there would be measured in place of the build (it was, until
+    # 2026-12-05: both sides of every A/B run before then ran the checkout).
+    args = [sys.executable, "-P", "-c", _CHILD, workload, url, str(n), backend]
     out = subprocess.run(args, env=env, check=True, capture_output=True, text=True)
-    rate, cpu = json.loads(out.stdout.strip().splitlines()[-1])
+    imported, result = out.stdout.strip().splitlines()[-2:]
+    if not Path(imported).is_relative_to(Path(build).resolve()):
+        raise SystemExit(f"the child measured {imported}, not the build in {build}")
+    rate, cpu = json.loads(result)
     return float(rate), float(cpu)
 
 
@@ -79,11 +96,13 @@ def main() -> None:
     parser.add_argument("new")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
-    parser.add_argument("--only", help="one workload: w1, w2, w4, w5, wide or async")
+    parser.add_argument("--only", help="one workload: w1, w2, w4, w5, wide, async, recover-N")
     args = parser.parse_args()
     plan = [(W1.key, 600), (W2.key, 600), (W4.key, 300), (W5.key, 30), ("wide", 10_000)]
-    plan += [("async", 1024)]
+    plan += [("async", 1024), ("recover-4", 1000)]
     plan = [(key, n) for key, n in plan if args.only in (None, key)]
+    if args.only and args.only.startswith("recover-"):  # any worker concurrency
+        plan = [(args.only, 1000)]
     print(f"{'workload':<10} {'old/s':>9} {'new/s':>9} {'new/old':>8} {'':15}", end="")
     print(f"{'old cpu ms':>11} {'new cpu ms':>11} {'new/old':>8}")
     with dedicated_database(args.postgres, f"ab_{uuid.uuid4().hex[:6]}") as url:
