@@ -105,9 +105,16 @@ def main() -> None:
         plan = [(args.only, 1000)]
     print(f"{'workload':<10} {'old/s':>9} {'new/s':>9} {'new/old':>8} {'':15}", end="")
     print(f"{'old cpu ms':>11} {'new cpu ms':>11} {'new/old':>8}")
-    with dedicated_database(args.postgres, f"ab_{uuid.uuid4().hex[:6]}") as url:
+    # A database each: the two builds may be of different schema revisions, and a
+    # build refuses a schema newer than its own.
+    tag = uuid.uuid4().hex[:6]
+    with (
+        dedicated_database(args.postgres, f"ab_old_{tag}") as old_url,
+        dedicated_database(args.postgres, f"ab_new_{tag}") as new_url,
+    ):
+        urls = {args.old: old_url, args.new: new_url}
         for workload, n in plan:  # n: sagas (for "wide", its steps)
-            turns = [_turn(args, workload, url, n, turn) for turn in range(args.repeat)]
+            turns = [_turn(args, workload, urls, n, turn) for turn in range(args.repeat)]
             print(_row(workload, turns))
 
 
@@ -115,9 +122,9 @@ Turn = tuple[tuple[float, float], tuple[float, float]]
 """One turn: (sagas/s, CPU s per saga) of the old build, then of the new."""
 
 
-def _turn(args: argparse.Namespace, workload: str, url: str, n: int, turn: int) -> Turn:
+def _turn(args: argparse.Namespace, workload: str, urls: dict[str, str], n: int, turn: int) -> Turn:
     order = [args.old, args.new] if turn % 2 == 0 else [args.new, args.old]
-    got = {build: measure(build, workload, url, n, "postgresql") for build in order}
+    got = {build: measure(build, workload, urls[build], n, "postgresql") for build in order}
     return got[args.old], got[args.new]
 
 
