@@ -15,6 +15,7 @@ import tenacity
 from saga._internal.coordinator import Coordinator
 from saga._internal.errors import (
     ConfigurationError,
+    LeaseLostError,
     SchemaVersionError,
     StorageError,
     StorageUnavailableError,
@@ -160,7 +161,10 @@ class _Loop:
     def _give_back(self, saga_ids: list[str], *, stopping: bool) -> bool:
         """Release sagas claimed ahead and not started, untouched: claimable at once."""
         for saga_id in saga_ids:
-            self.coord.driver.run(self.coord.engine.release(saga_id))
+            try:
+                self.coord.driver.run(self.coord.engine.release(saga_id))
+            except LeaseLostError:  # another process took it since: nothing to give back
+                continue
             if stopping:
                 with self.lock:
                     self.stats.handed_back += 1
