@@ -54,17 +54,9 @@ def connect_options(url: str) -> tuple[str, dict[str, Any]]:
     return stripped.render_as_string(hide_password=False), args
 
 
-POOL_SIZE = 15
-"""Connections each pool may hold, opened as needed and kept: the most SQLAlchemy's
-default allowed (5 plus 10 overflow), without closing any on its return."""
-
-
 class PostgresDialect:
-    """``pool_size`` bounds each of the store's two connection pools; by default
-    :data:`POOL_SIZE`. Never with overflow: SQLAlchemy closes an overflow connection as
-    soon as it is returned, so 8 threads on its default pool (5 kept, 10 overflow)
-    opened a server connection (a process forked) every few sagas, measured: 258
-    connections for a worker's 1,000 sagas at concurrency 8, and 37 % fewer sagas/s."""
+    """``pool_size`` bounds each of the store's two connection pools (no overflow);
+    by default SQLAlchemy's (5, plus 10 overflow)."""
 
     name = "postgresql"
     # READ COMMITTED gives each statement its own snapshot: a saga row read before an
@@ -72,8 +64,9 @@ class PostgresDialect:
     read_isolation = "REPEATABLE READ"
 
     def __init__(self, pool_size: int | None = None) -> None:
-        size = POOL_SIZE if pool_size is None else pool_size
-        self.pool: dict[str, Any] = {"pool_size": size, "max_overflow": 0}
+        self.pool: dict[str, Any] = {}
+        if pool_size is not None:
+            self.pool = {"pool_size": pool_size, "max_overflow": 0}
         self.connect_args: dict[str, Any] = {"connect_timeout": 5}
         """psycopg's connect arguments, from the URL (the async hot path uses them too)."""
 
