@@ -42,8 +42,7 @@ Batch = Annotated[
     int,
     typer.Option(
         "--batch",
-        help="At most this many sagas a claim; those beyond the free slots wait in the "
-        "worker (at most a third of the lease).",
+        help="At most this many sagas a pass.",
         metavar="N",
         envvar="SAGA_WORKER_BATCH",
     ),
