@@ -166,6 +166,7 @@ def test_the_worker_logs_a_compensation_that_fails_again_as_waiting(
     stop = threading.Event()
 
     def log(line: str) -> None:
+        print(line)  # shown if the test fails, a hang included
         lines.append(line)
         if saga_id in line:  # the one line about our saga: the pass is over
             stop.set()
