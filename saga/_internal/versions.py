@@ -101,11 +101,13 @@ def _defined(name: str) -> set[int]:
 
 def runnable(registry: Registry) -> set[tuple[str, str, str]]:
     """(name, version, fingerprint) of every definition ``lookup`` can find: registered
-    in ``registry`` or defined in this process. One whose steps do not make a valid
-    plan is left out (a saga started with it would be refused anyway)."""
+    in ``registry`` or defined in this process. One that ``Saga.validate`` refuses is
+    left out: a saga started with it would be refused anyway, and a name no backend
+    can store (a NUL byte) in the claim's statement would fail every claim."""
     found = set()
     for saga in [*registry.all(), *defined_sagas()]:
         try:
+            saga.validate()
             found.add((saga.name, str(saga.version), saga.fingerprint))
         except DefinitionError:
             continue

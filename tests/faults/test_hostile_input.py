@@ -24,6 +24,7 @@ from saga import (
     UnknownSagaError,
     UnsafeReferenceError,
 )
+from saga._internal import definition
 from saga._internal.codec import encode
 from tests.faults import figures, sagas
 from tests.faults.dump import dump, unchanged
@@ -189,8 +190,10 @@ def test_a_result_over_the_limit_fails_its_step_which_is_then_undone(
 
 
 def test_nul_bytes_in_names_and_keys_are_refused_on_every_backend(
-    coord: Coordinator, url: str, ledger_path: str
+    coord: Coordinator, url: str, ledger_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The unstorable sagas defined here leave the process's catalog with the test.
+    monkeypatch.setattr(definition, "_catalog", dict(definition._catalog))
     data = sagas.how(ledger_path)
     attempts = {
         "key": functools.partial(coord.run, sagas.PLAIN, data=data, key="a\x00b"),
