@@ -38,7 +38,7 @@ from . import reads
 from . import tables as t
 from .dialect import Dialect
 from .liveness import owner_gone, suspect
-from .writes import append, stop
+from .writes import append, append_to_each, stop
 
 # failed and paused: an operator may act on it (a recoverer's claim takes ACTIVE only)
 CLAIMABLE = (*reads.ACTIVE, SagaStatus.FAILED.value, SagaStatus.PAUSED.value)
@@ -215,11 +215,9 @@ def claim_expired(
         )
         .returning(i.id, i.epoch)
     ).all()
-    for row in rows:
-        append(
-            connection, dialect, row.id, row.epoch, Event("lease_claimed", detail={"owner": owner})
-        )
-    return [row.id for row in rows]
+    claimed = [(row.id, row.epoch) for row in rows]
+    append_to_each(connection, dialect, claimed, Event("lease_claimed", detail={"owner": owner}))
+    return [saga_id for saga_id, _ in claimed]
 
 
 def runnable_only(runnable: Runnable | None) -> list[ColumnElement[bool]]:

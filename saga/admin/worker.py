@@ -15,11 +15,13 @@ import tenacity
 from saga._internal.coordinator import Coordinator
 from saga._internal.errors import (
     ConfigurationError,
+    LeaseLostError,
     SchemaVersionError,
     StorageError,
     StorageUnavailableError,
 )
 from saga._internal.recovery import RecoveryOutcome
+from saga.admin.claimed_ahead import ClaimedAhead
 from saga.admin.facts import human_duration, json_value
 from saga.admin.health import DatabaseCheck, loop_alive
 from saga.admin.recovery import LOST_REASON
@@ -61,9 +63,11 @@ def run_worker(
     this process cannot run (``Coordinator.runnable``). Up to ``concurrency`` sagas
     are finished at once, each in a thread of its own; the loop itself only claims,
     so a slot that is free looks for work at the next interval whatever the others
-    are doing. The stop flag is checked before every claim: a worker told to stop
-    claims nothing more, and returns once the sagas in hand are done, finished or,
-    with ``coord.drain()`` called too (as ``saga worker`` does on SIGTERM), handed
+    are doing. One claim takes up to ``batch`` sagas; those beyond the free slots
+    wait their turn in the worker (:mod:`saga.admin.claimed_ahead`). The stop flag is
+    checked before every claim: a worker told to stop claims nothing more, gives back
+    those it has not started, and returns once the sagas in hand are done, finished
+    or, with ``coord.drain()`` called too (as ``saga worker`` does on SIGTERM), handed
     back at their next step boundary; either way it leaves nothing claimed. While the
     database is unreachable it backs off (tenacity) and logs one line a try; a schema
     of another release is refused at once (``SchemaVersionError``).
@@ -100,6 +104,7 @@ class _Loop:
 
     def __post_init__(self) -> None:
         self.left = Unrunnable(self.coord, self.log)
+        self.ahead = ClaimedAhead(self.coord.heartbeat.interval, self.batch)
 
     def run(self) -> None:
         with ThreadPoolExecutor(self.concurrency, thread_name_prefix="saga-worker") as pool:
@@ -115,29 +120,57 @@ class _Loop:
                         "schema is current"
                     )
                 self._rest(more)
+            # Not started: back at once, while the sagas in hand are still running.
+            self._with_backoff(lambda: self._give_back(self.ahead.take_all(), stopping=True))
         # leaving the pool waits for the sagas in hand: finished, or handed back
 
     def _finish(self, saga_id: str) -> RecoveryOutcome:
         """Finish a saga this worker claimed, as ``recover`` would (in a pool thread)."""
-        return self.coord.driver.run(self.coord.engine.recover_one(saga_id, False, swept=True))
+        began = time.monotonic()
+        outcome = self.coord.driver.run(self.coord.engine.recover_one(saga_id, False, swept=True))
+        with self.lock:
+            self.ahead.finished_in(time.monotonic() - began)
+        return outcome
 
     def _pass(self, pool: ThreadPoolExecutor) -> bool:
-        """Claim as many stuck sagas as there are free slots (at most ``batch``) and start
-        them; whether more may be waiting (it got all it asked for)."""
+        """Start claimed sagas in the free slots, claiming more (at most ``batch``) when
+        none is left; whether more may be waiting (a claim got all it asked for)."""
         self.running = {future for future in self.running if not future.done()}
+        self._give_back(self.ahead.overdue(), stopping=False)
         free = self.concurrency - len(self.running)
         if free == 0:
             return True
-        self.refused = False
-        asked = min(free, self.batch)
-        claimed = self.coord.driver.run(self.coord.engine.claim_stuck(asked))
-        for saga_id in claimed:
+        more = True
+        if len(self.ahead) < free:
+            self.refused = False
+            with self.lock:
+                asked = self.ahead.to_claim(free - len(self.ahead), self.concurrency)
+            claimed = self.coord.driver.run(self.coord.engine.claim_stuck(asked))
+            self.ahead.keep(claimed)
+            more = len(claimed) == asked
+            if not more and not self.stop.is_set():
+                self._look_left()  # caught up: what is still stuck, this worker cannot run
+        while len(self.running) < self.concurrency and not self.stop.is_set():
+            if (saga_id := self.ahead.next()) is None:
+                break
             future = pool.submit(self._finish, saga_id)
             self.running.add(future)
             future.add_done_callback(self._done)
-        if len(claimed) < asked and not self.stop.is_set():
-            self._look_left()  # caught up: what is still stuck, this worker cannot run
-        return len(claimed) == asked
+        return more or len(self.ahead) > 0
+
+    def _give_back(self, saga_ids: list[str], *, stopping: bool) -> bool:
+        """Release sagas claimed ahead and not started, untouched: claimable at once."""
+        for saga_id in saga_ids:
+            try:
+                self.coord.driver.run(self.coord.engine.release(saga_id))
+            except LeaseLostError:  # another process took it since: nothing to give back
+                continue
+            if stopping:
+                with self.lock:
+                    self.stats.handed_back += 1
+        if saga_ids and not stopping:
+            self.log(f"gave {len(saga_ids)} claimed saga(s) back unstarted: slots stayed busy")
+        return True
 
     def _look_left(self) -> None:
         """Count and name what this worker leaves; a row it cannot even read (corrupt)
@@ -151,8 +184,9 @@ class _Loop:
 
     def _rest(self, more: bool) -> None:
         """Until the next pass: the interval, or, when more may be waiting, until a slot
-        frees (at once if one is free)."""
-        if not more or self.refused:  # caught up, or a refused saga: not worth spinning on
+        frees (at once if one is free); sagas claimed ahead wait for a slot only."""
+        caught_up = not more or (self.refused and not self.ahead)
+        if caught_up:  # or a refused saga: not worth spinning on
             self.stop.wait(self.interval)
         elif len(self.running) >= self.concurrency:
             wait(self.running, timeout=self.interval, return_when=FIRST_COMPLETED)

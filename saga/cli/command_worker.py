@@ -42,7 +42,8 @@ Batch = Annotated[
     int,
     typer.Option(
         "--batch",
-        help="At most this many sagas a pass.",
+        help="At most this many sagas a claim; those beyond the free slots wait in the "
+        "worker (at most a third of the lease).",
         metavar="N",
         envvar="SAGA_WORKER_BATCH",
     ),
