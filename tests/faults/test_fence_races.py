@@ -147,12 +147,28 @@ def _waiting_for_a_lock(engine: Engine, backend_id: int | None) -> bool:
         return found == "LOCK WAIT"
 
 
-def _wait_until(condition: Callable[[], bool], what: str) -> None:
+def _server_says(engine: Engine, backend_id: int | None) -> str:
+    """What the server shows of that connection (for a timeout's message)."""
+    if backend_id is None or engine.dialect.name not in ("mysql", "mariadb"):
+        return f"connection {backend_id}"
+    with engine.connect() as connection:
+        row = connection.exec_driver_sql(
+            "SELECT p.command, p.state, p.info, t.trx_state"
+            " FROM information_schema.processlist p LEFT JOIN information_schema.innodb_trx t"
+            " ON t.trx_mysql_thread_id = p.id WHERE p.id = %(id)s",
+            {"id": backend_id},
+        ).first()
+    return f"connection {backend_id}: {None if row is None else tuple(row)}"
+
+
+def _wait_until(
+    condition: Callable[[], bool], what: str, explain: Callable[[], str] = lambda: ""
+) -> None:
     """Polls a condition of the database (never a sleep standing for one)."""
     deadline = time.monotonic() + DEFAULT_TIMEOUT
     while not condition():
         if time.monotonic() > deadline:
-            raise InterleavingError(f"timed out: {what}")
+            raise InterleavingError(f"timed out: {what} ({explain()})")
         time.sleep(0.01)
 
 
@@ -181,6 +197,7 @@ def test_action_and_compensation_of_one_key_take_turns_and_the_compensation_wins
                     _wait_until(
                         lambda e=engine, r=race: _waiting_for_a_lock(e, r.ids.get(other)),
                         f"{other} waits for {paused}'s lock at {at}",
+                        lambda e=engine, r=race: _server_says(e, r.ids.get(other)),
                     )
                 assert not waiter.done, f"{other} went ahead while {paused} held the key"
             holder.run_to_end()
