@@ -343,7 +343,8 @@ class _Hooks:
         _listen(coord.store.engine, self.arrive)  # type: ignore[attr-defined]
         hot = getattr(coord.store, "hot", None)
         if hot is not None:
-            coord.store.hot = _GatedHotPath(hot, self)  # type: ignore[attr-defined]
+            gated = _GatedLoadingHotPath if hasattr(hot, "load") else _GatedHotPath
+            coord.store.hot = gated(hot, self)  # type: ignore[attr-defined]
 
     def arrive(self, kind: str, sql: str, free: bool, change: Commit | None = None) -> None:
         actor = _ACTOR.get()
@@ -409,6 +410,15 @@ class _GatedHotPath:
 
     def close(self) -> None:
         self.hot.close()
+
+
+class _GatedLoadingHotPath(_GatedHotPath):
+    """PostgreSQL's hot path, whose one-statement read of a saga is a boundary too."""
+
+    def load(self, saga_id: str) -> SagaRecord | None:
+        self.hooks.arrive("hot.load", "SELECT the saga with its steps", True, None)
+        loaded: SagaRecord | None = self.hot.load(saga_id)
+        return loaded
 
 
 def describe(change: Commit, verb: str) -> str:

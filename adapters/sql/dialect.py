@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import ColumnElement, Connection, Engine, Insert, Select, Table
 
@@ -21,6 +21,14 @@ class HotPath(Protocol):
     def commit(self, change: Commit) -> bool | None: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class LoadsInOneStatement(Protocol):
+    """A hot path that also reads a saga with its steps in one statement (PostgreSQL:
+    one statement sees one snapshot, where the portable read needs a transaction)."""
+
+    def load(self, saga_id: str) -> SagaRecord | None: ...
 
 
 class SqlStore(SagaStore, Protocol):

@@ -29,6 +29,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from saga._internal.errors import StorageError, StorageUnavailableError
 from saga._internal.ports import Commit, SagaRecord, StepWrite
 
+from . import pg_load
 from . import tables as t
 from .messages import first_line
 from .rows import (
@@ -284,6 +285,11 @@ class PostgresHotPath:
         sql, params = commit_sql(change)
         row = execute_one(self.engine, sql, params, prepared(params))
         return None if row is None else bool(row[0])
+
+    def load(self, saga_id: str) -> SagaRecord | None:
+        """The saga with its steps in one statement (:mod:`.pg_load`), or None."""
+        row = execute_one(self.engine, pg_load.LOAD, {"id": saga_id})
+        return None if row is None else pg_load.saga_of(row)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -8,6 +8,7 @@ PostgreSQL hot paths, so that each writes a record's columns alike.
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import Row, Table
@@ -104,8 +105,11 @@ def fence_values(change: Commit) -> dict[str, Any]:
     }
 
 
-def saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaRecord:
-    """The saga a row of ``saga_instances`` holds, with ``step_records``."""
+def saga_record(
+    row: Row[Any] | SimpleNamespace, step_records: tuple[StepRecord, ...]
+) -> SagaRecord:
+    """The saga a row of ``saga_instances`` holds (its cells as attributes), with
+    ``step_records``."""
     try:
         status = SagaStatus(row.status)
     except ValueError:
@@ -139,7 +143,7 @@ def saga_record(row: Row[Any], step_records: tuple[StepRecord, ...]) -> SagaReco
     )
 
 
-def step_record(row: Row[Any]) -> StepRecord:
+def step_record(row: Row[Any] | SimpleNamespace) -> StepRecord:
     """The step a row of ``saga_steps`` holds."""
     try:
         status, kind = StepStatus(row.status), StepKind(row.kind)

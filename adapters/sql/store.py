@@ -35,6 +35,7 @@ from saga._internal.ports import (
 from saga._internal.status import SagaStatus
 
 from . import claims, liveness, reads, writes
+from .dialect import LoadsInOneStatement
 from .messages import masked
 from .transactions import SqlTransactions
 
@@ -224,7 +225,15 @@ class SqlSagaStore(SqlTransactions):
     # -- reads --------------------------------------------------------------------------
 
     def load(self, saga_id: str) -> SagaRecord | None:
-        return self.read(lambda c: reads.load(c, saga_id))
+        hot: object = self.hot  # PostgreSQL's reads a saga in one statement, SQLite's not
+        if not isinstance(hot, LoadsInOneStatement):
+            return self.read(lambda c: reads.load(c, saga_id))
+
+        def once() -> SagaRecord | None:
+            self.ensure_schema()
+            return hot.load(saga_id)
+
+        return self.retried(once)
 
     def find(self, name: str, key: str) -> SagaRecord | None:
         return self.read(lambda c: reads.find(c, name, key))

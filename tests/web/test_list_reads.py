@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
+from saga.adapters.sql import pg_load
 from sqlalchemy import event
 
 import saga.web
@@ -40,18 +41,28 @@ def coord(request: pytest.FixtureRequest) -> Iterator[Coordinator]:
 
 @contextlib.contextmanager
 def statements(coord: Coordinator) -> Iterator[list[str]]:
-    """Every SQL statement ``coord``'s store sends while the block runs."""
+    """Every SQL statement ``coord``'s store sends while the block runs: on its pool,
+    and PostgreSQL's one-statement load, which goes on a raw connection."""
     sent: list[str] = []
     engine = coord.store.engine  # type: ignore[attr-defined]
+    hot = coord.store.hot  # type: ignore[attr-defined]
 
     def capture(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         sent.append(statement)
 
+    def load(saga_id: str) -> Any:
+        sent.append(pg_load.LOAD)
+        return type(hot).load(hot, saga_id)
+
     event.listen(engine, "before_cursor_execute", capture)
+    if hasattr(hot, "load"):
+        hot.load = load  # this instance's, until the block ends
     try:
         yield sent
     finally:
         event.remove(engine, "before_cursor_execute", capture)
+        if "load" in vars(hot or object):
+            del hot.load
 
 
 def payload_columns(sent: list[str]) -> list[str]:

@@ -1,0 +1,40 @@
+"""A saga with its steps in one statement, on PostgreSQL's autocommit pool.
+
+A recoverer reads every saga it claims before it runs it, and the portable read is a
+REPEATABLE READ transaction of two SELECTs on the store's pool: four round trips and
+SQLAlchemy's row processing. One statement sees one snapshot by itself, so the saga
+row and its steps (aggregated as JSON arrays, in seq order) come back as one row on a
+raw connection. Column names are those of :mod:`.tables`, never user data.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from saga._internal.ports import SagaRecord
+
+from . import tables as t
+from .rows import saga_record, step_record
+
+_INSTANCE = tuple(column.name for column in t.instances.c)
+_STEP = tuple(column.name for column in t.steps.c)
+
+LOAD = (
+    f"SELECT {', '.join(f'saga_instances.{name}' for name in _INSTANCE)}, "
+    f"(SELECT json_agg(json_build_array({', '.join(f'saga_steps.{name}' for name in _STEP)})"
+    " ORDER BY saga_steps.seq) FROM saga_steps WHERE saga_steps.saga_id = saga_instances.id) "
+    "FROM saga_instances WHERE saga_instances.id = %(id)s"
+)
+"""The statement (its text is what tests look for to see which columns a read takes)."""
+
+
+def saga_of(row: tuple[Any, ...]) -> SagaRecord:
+    """The saga a row of :data:`LOAD` holds, with its steps."""
+    *cells, step_rows = row
+    instance = SimpleNamespace(**dict(zip(_INSTANCE, cells, strict=True)))
+    steps = tuple(
+        step_record(SimpleNamespace(**dict(zip(_STEP, step, strict=True))))
+        for step in step_rows or ()
+    )
+    return saga_record(instance, steps)
