@@ -192,12 +192,20 @@ class _Loop:
             wait(self.running, timeout=self.interval, return_when=FIRST_COMPLETED)
 
     def _with_backoff(self, call: Callable[[], bool]) -> bool:
-        """``call()``, retried with backoff while the database is unreachable."""
+        """``call()``, retried with backoff while the database is unreachable or refuses
+        a statement (an operator may mend that: a migration, a grant)."""
 
         def tell(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
             pause = state.next_action.sleep if state.next_action else 0.0
-            self.log(f"database unavailable ({error}); retrying in {pause:.1f}s")
+            # An outage is normal and passes; a refused statement is no outage, and
+            # calling it one hid a bad definition that failed every claim.
+            what = (
+                "database unavailable"
+                if isinstance(error, StorageUnavailableError)
+                else "the database refused the worker's statement"
+            )
+            self.log(f"{what} ({error}); retrying in {pause:.1f}s")
 
         retrying = tenacity.Retrying(
             # A schema of another release is no outage: no retry brings it back.

@@ -79,7 +79,12 @@ def wait_until(condition: Callable[[], bool], what: str, limit: float) -> None:
 
 
 def worker_errors(logs: list[Path]) -> int:
-    wanted = ("database unavailable", "not recovered", "could not tell")
+    wanted = (
+        "database unavailable",
+        "refused the worker's statement",
+        "not recovered",
+        "could not tell",
+    )
     return sum(
         1 for log in logs for line in log.read_text().splitlines() if any(w in line for w in wanted)
     )
