@@ -103,11 +103,11 @@ class PostgresAsyncStore(ThreadedAsyncStore):
     async def create(
         self, saga: SagaRecord, first: Commit, lease_ttl: float
     ) -> tuple[SagaRecord, bool]:
-        statement, params = create_sql(saga, first, lease_ttl)
+        statement, params, prepare = create_sql(saga, first, lease_ttl)
 
         async def once() -> tuple[SagaRecord, bool]:
             await self._schema()
-            if await self._execute(statement, params) is not None:
+            if await self._execute(statement, params, prepare) is not None:
                 faults.answer_to_commit()
                 return saga, True
             # A clash on (name, key), or our own insert whose acknowledgement was lost.
@@ -116,7 +116,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         return await self._retried(once)
 
     async def commit(self, change: Commit) -> bool:
-        statement, params = commit_sql(change)
+        statement, params, prepare = commit_sql(change)
         tries = 0
 
         async def once() -> bool:
@@ -130,7 +130,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
                 if mine is not None:
                     return mine
             await self._schema()
-            row = await self._execute(statement, params)
+            row = await self._execute(statement, params, prepare)
             if row is None:
                 raise LeaseLostError(change.saga_id, change.epoch)
             faults.answer_to_commit()
@@ -149,11 +149,14 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         if not self.store.schema_ready:
             await asyncio.to_thread(self.store.ensure_schema)
 
-    async def _execute(self, statement: str, params: dict[str, Any]) -> Any:
-        """Run one statement; its first row (or None). Driver errors become saga's."""
+    async def _execute(
+        self, statement: str, params: dict[str, Any], prepare: bool | None = None
+    ) -> Any:
+        """Run one statement; its first row (or None). Driver errors become saga's.
+        ``prepare`` as psycopg takes it (:func:`.pg_writer.prepared`)."""
         async with self._here().connection() as connection:
             try:
-                cursor = await connection.execute(statement, params)
+                cursor = await connection.execute(statement, params, prepare=prepare)
                 return await cursor.fetchone()
             except (psycopg.OperationalError, psycopg.InterfaceError) as error:
                 raise StorageUnavailableError(first_line(error)) from error

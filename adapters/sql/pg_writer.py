@@ -191,29 +191,32 @@ def statement(head: str, updates: int, inserts: int, events: int) -> str:
     return "WITH " + ", ".join(parts) + " SELECT stop FROM fence"
 
 
-def commit_sql(change: Commit) -> tuple[str, dict[str, Any]]:
-    """The statement and parameters applying ``change``.
+Statement = tuple[str, dict[str, Any], bool | None]
+"""A commit's SQL, its parameters, and ``prepare`` as psycopg takes it (:func:`prepared`)."""
+
+
+def commit_sql(change: Commit) -> Statement:
+    """The statement applying ``change``.
 
     A commit leaves the lease alone (the heartbeat renews it): ``lease_expires_at``
     is indexed, and leaving it unchanged lets PostgreSQL update the row in place
     (a HOT update) instead of adding an entry to every index.
     """
-    params = fence_values(change)
-    return _with_body(_FENCE, change, params), params
+    return _with_body(_FENCE, change, fence_values(change))
 
 
-def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> tuple[str, dict[str, Any]]:
-    """The statement and parameters inserting ``saga`` with its first commit."""
+def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> Statement:
+    """The statement inserting ``saga`` with its first commit."""
     params: dict[str, Any] = {
         **instance_values(saga),
         "deadline": saga.deadline,
         "ttl": lease_ttl,
         "token": first.token,
     }
-    return _with_body(_CREATE, first, params), params
+    return _with_body(_CREATE, first, params)
 
 
-def _with_body(head: str, change: Commit, params: dict[str, Any]) -> str:
+def _with_body(head: str, change: Commit, params: dict[str, Any]) -> Statement:
     updates = [_update_row(w) for w in change.steps if not w.new]
     inserts = [_step_cells(step_values(w.step)) for w in change.steps if w.new]  # "started"
     events = [_event_cells(event_values(change.saga_id, change.epoch, e)) for e in change.events]
@@ -221,15 +224,16 @@ def _with_body(head: str, change: Commit, params: dict[str, Any]) -> str:
     _put("i", inserts, _STEP_COLUMNS, params)
     _put("e", events, _EVENT_COLUMNS, params)
     counts = (len(updates), len(inserts), len(events))
-    return statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts))
+    sql = statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts))
+    return sql, params, prepared(max(counts) > SMALL)
 
 
-def prepared(params: dict[str, Any]) -> bool | None:
+def prepared(with_arrays: bool) -> bool | None:
     """Whether to let psycopg prepare a commit: yes for the usual small ones (planned
     once, then only executed); never when rows travel as arrays. PostgreSQL's generic
     plan for those joins every step of the saga instead of fetching the few named by
     the array, which made each commit of a 10,000-step saga cost more than the last."""
-    return False if any(isinstance(value, list) for value in params.values()) else None
+    return False if with_arrays else None
 
 
 def _put(
@@ -276,14 +280,12 @@ class PostgresHotPath:
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool:
         """Insert the saga with its first commit; False when (name, key) or id clashed."""
-        sql, params = create_sql(saga, first, lease_ttl)
-        return execute_one(self.engine, sql, params, prepared(params)) is not None
+        return execute_one(self.engine, *create_sql(saga, first, lease_ttl)) is not None
 
     def commit(self, change: Commit) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing."""
-        sql, params = commit_sql(change)
-        row = execute_one(self.engine, sql, params, prepared(params))
+        row = execute_one(self.engine, *commit_sql(change))
         return None if row is None else bool(row[0])
 
     def load(self, saga_id: str) -> SagaRecord | None:
