@@ -44,6 +44,7 @@ import signal
 import threading
 from collections.abc import Callable
 
+from saga._internal.engine.fault_points import FAULT_POINTS
 from saga._internal.errors import StorageUnavailableError
 
 _armed: dict[tuple[str, str | None], int] = {}
@@ -65,6 +66,12 @@ def arm(spec: str, how: signal.Signals | Callable[[], None] = signal.SIGKILL) ->
         target, _, nth = item.partition("#")
         name, _, step = target.partition(":")
         _armed[(name, step or None)] = int(nth or 1)
+    _tell_engine()
+
+
+def _tell_engine() -> None:
+    """The engine yields its fault points only while one is armed or traced."""
+    FAULT_POINTS.on = bool(_armed) or _trace is not None
 
 
 _answers_to_lose = 0
@@ -98,6 +105,7 @@ def disarm() -> None:
     _seen.clear()
     _signal = signal.SIGKILL
     _answers_to_lose = 0
+    _tell_engine()
 
 
 def trace(into: list[str] | None) -> None:
@@ -105,6 +113,7 @@ def trace(into: list[str] | None) -> None:
     (``name`` for saga-wide points); ``None`` stops tracing."""
     global _trace
     _trace = into
+    _tell_engine()
 
 
 def point(name: str, step: str | None) -> None:

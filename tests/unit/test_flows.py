@@ -18,11 +18,20 @@ from saga import RetryPolicy, Saga, SagaFailed, SagaHandedBack, SagaStatus, Step
 from saga._internal import engine
 from saga._internal.engine import effects, rules
 from saga._internal.engine.attempts import attempts
+from saga._internal.engine.fault_points import FAULT_POINTS
 from saga._internal.engine.forward import STOPPED, Forward
 from saga._internal.ports import SagaRecord
 from saga._internal.refs import Resolver
 
 Answer = Callable[[effects.Effect], Any]
+
+
+@pytest.fixture(autouse=True)
+def fault_points_in_use(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a crash test: the engine yields its fault points (the sequences below show
+    where each falls); :func:`test_without_fault_points_in_use_none_is_yielded` checks
+    that a process using none sees none."""
+    monkeypatch.setattr(FAULT_POINTS, "on", True)
 
 
 class HandDriver:
@@ -140,6 +149,19 @@ def test_a_sequential_saga_commits_each_success_with_the_next_start() -> None:
         "Write:completed:charge",
         "Fault:after_final_commit:None",
     ]
+
+
+def test_without_fault_points_in_use_none_is_yielded(monkeypatch: pytest.MonkeyPatch) -> None:
+    saga = two_step_saga(fail_second=True)
+    with_points = HandDriver(plain)
+    with pytest.raises(SagaFailed):
+        with_points.run(forward(saga, *started(saga)))
+    monkeypatch.setattr(FAULT_POINTS, "on", False)
+    without = HandDriver(plain)
+    with pytest.raises(SagaFailed):
+        without.run(forward(saga, *started(saga)))
+    assert any(kind.startswith("Fault:") for kind in with_points.kinds())
+    assert without.kinds() == [k for k in with_points.kinds() if not k.startswith("Fault:")]
 
 
 def test_a_failed_step_turns_the_saga_then_unwinds_newest_first() -> None:

@@ -22,7 +22,6 @@ from saga._internal.engine.decisions import Cursor
 from saga._internal.engine.effects import (
     Action,
     Call,
-    Fault,
     Flow,
     Recorded,
     Sleep,
@@ -30,6 +29,7 @@ from saga._internal.engine.effects import (
     Transact,
     write,
 )
+from saga._internal.engine.fault_points import fault
 from saga._internal.policy import RetryPolicy
 from saga._internal.ports import Event, SagaRecord, StepRecord
 from saga._internal.result_types import Read, lenient_result, typed_result
@@ -139,7 +139,7 @@ def _attempt(
         result = yield from in_transaction(cursor, context, action, outcome)
     else:
         result = yield Call(action, context, timeout)
-    yield Fault("after_action", name)
+    yield from fault("after_action", name)
     return result
 
 

@@ -31,7 +31,6 @@ from saga._internal.engine.effects import (
     ClaimStuck,
     CodeRefs,
     Create,
-    Fault,
     Flow,
     Load,
     NoteFenced,
@@ -42,6 +41,7 @@ from saga._internal.engine.effects import (
     holding,
     write,
 )
+from saga._internal.engine.fault_points import fault
 from saga._internal.engine.forward import Forward, retried_budgets
 from saga._internal.errors import (
     ConfigurationError,
@@ -129,11 +129,11 @@ class Engine:
         # the existing saga, so a new saga costs no read-only round trip.
         record, change, started = rules.new_saga(saga, key, payload.text, self.owner, deadline)
         first_name = started[0].name if started else None
-        yield Fault("before_start_commit", first_name)
+        yield from fault("before_start_commit", first_name)
         stored, created = yield Create(record, change)
         if not created:
             return (yield from self.rerun(saga, stored, payload.text))
-        yield Fault("after_start_commit", first_name)
+        yield from fault("after_start_commit", first_name)
         return (yield from self.forward(saga, records.apply(record, change), started))
 
     # -- carrying a held saga on ------------------------------------------------------------
@@ -390,7 +390,7 @@ class Engine:
         """Commit the turn of a failed (or paused) saga back to ``running``, then carry it
         forward."""
         writes, events, runs = reopening
-        yield Fault("before_retry_commit", runs[0].name if runs else None)
+        yield from fault("before_retry_commit", runs[0].name if runs else None)
         record = yield from write(record, writes, events, SagaStatus.RUNNING)
         return (yield from self.forward(saga, record, runs))
 

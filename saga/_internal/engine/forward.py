@@ -25,6 +25,7 @@ from saga._internal.codec import decode, encode_result
 from saga._internal.definition import Saga
 from saga._internal.engine import reconcile, records, unwind
 from saga._internal.engine.attempts import attempts, recorded
+from saga._internal.engine.carried import Carried
 from saga._internal.engine.decisions import Complete, Cursor, GiveUp, RunStep, past_pivot
 from saga._internal.engine.decisions import pivot_may_have_acted as may_have_acted
 from saga._internal.engine.effects import (
@@ -33,7 +34,6 @@ from saga._internal.engine.effects import (
     Branch,
     CancelInFlight,
     CodeRefs,
-    Fault,
     Finished,
     Flow,
     Launch,
@@ -43,6 +43,7 @@ from saga._internal.engine.effects import (
     hand_back,
     write,
 )
+from saga._internal.engine.fault_points import fault
 from saga._internal.engine.frontier import Frontier
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.policy import RetryPolicy
@@ -72,27 +73,6 @@ class Cue(enum.Enum):
     FAILED = "a step failed for good"
     TURN_RECORDED = "the saga turned compensating in the failure's commit"
     PIVOT_PASSED = "the pivot in flight when the stop came succeeded: forward only"
-
-
-class Carried:
-    """The completions not yet written: they ride with the next commit."""
-
-    def __init__(self) -> None:
-        self.writes: list[StepWrite] = []
-        self.events: list[Event] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.writes)
-
-    def add(self, write_: StepWrite, event: Event) -> None:
-        self.writes.append(write_)
-        self.events.append(event)
-
-    def take(self) -> tuple[list[StepWrite], list[Event]]:
-        """Everything carried, to commit now; nothing is carried afterwards."""
-        taken = self.writes, self.events
-        self.writes, self.events = [], []
-        return taken
 
 
 _NEXT = {
@@ -194,7 +174,7 @@ class Forward:
 
     def _ahead(self) -> SagaRecord:
         """The record as it will be once the carried writes are committed."""
-        return records.ahead(self.record, self.carried.writes)
+        return self.carried.ahead(self.record)
 
     def _resumes_past_pivot(self) -> bool:
         """A stop request came while a pivot was in flight, and the pivot succeeded:
@@ -210,10 +190,10 @@ class Forward:
         before = self._ahead()
         starts, started = records.start_all(self.saga, before, steps)
         first = steps[0].name if steps else None
-        yield Fault("before_start_commit", first)
+        yield from fault("before_start_commit", first)
         writes, events = self.carried.take()
         self.record = yield from write(self.record, [*writes, *starts], [*events, *started])
-        yield Fault("after_start_commit", first)
+        yield from fault("after_start_commit", first)
         if self.record.stop:
             yield from self._asked_to_stop(before, cancel_in_flight=False)
         if self._stopping:  # started but never run: marked skipped when unwinding
@@ -327,10 +307,10 @@ class Forward:
 
     def _complete(self) -> Flow[SagaRecord]:
         done = records.moved(self.record, SagaStatus.COMPLETED)
-        yield Fault("before_final_commit")
+        yield from fault("before_final_commit")
         writes, events = self.carried.take()
         record = yield from write(self.record, writes, [*events, done], SagaStatus.COMPLETED)
-        yield Fault("after_final_commit")
+        yield from fault("after_final_commit")
         return record
 
     def _park(self) -> Flow[SagaHandedBack]:

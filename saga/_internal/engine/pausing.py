@@ -13,7 +13,8 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from saga._internal.engine import records, rules
-from saga._internal.engine.effects import WHO_ASKS, Fault, Flow, RequestPause, Tell, write
+from saga._internal.engine.effects import WHO_ASKS, Flow, RequestPause, Tell, write
+from saga._internal.engine.fault_points import fault
 from saga._internal.errors import OperationRefusedError
 from saga._internal.ports import ClaimGuard, Event, SagaRecord
 from saga._internal.status import SagaStatus
@@ -45,7 +46,7 @@ def pause(engine: Engine, saga_id: str) -> Flow[SagaRecord]:
     if record.status is SagaStatus.RUNNING:
         event = rules.by_operator("pause", who)
         yield from engine.guarded(_request(record, event), saga_id, rules.refuse_pause)
-    yield Fault("after_pause_request")
+    yield from fault("after_pause_request")
     claimed = Event("lease_claimed", detail={"why": "pause", **who})
     try:
         record = yield from engine.claim_guarded(

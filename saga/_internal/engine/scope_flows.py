@@ -19,7 +19,6 @@ from saga._internal.engine.effects import (
     Claim,
     CodeRefs,
     Create,
-    Fault,
     Find,
     Flow,
     Hold,
@@ -29,6 +28,7 @@ from saga._internal.engine.effects import (
     Tell,
     write,
 )
+from saga._internal.engine.fault_points import fault
 from saga._internal.engine.forward import branch, is_async
 from saga._internal.engine.group import Group, Member
 from saga._internal.engine.scope import PlannedStep, ScopeCore, StepCall, bound
@@ -101,12 +101,12 @@ class ScopeFlows:
         core = self.core
         starts, events = core.start_writes(*group)
         first = group[0].template.name
-        yield Fault("before_start_commit", first)
+        yield from fault("before_start_commit", first)
         if core.record is None:
             yield from self._create(starts, events)
         else:
             core.record = yield from write(core.record, starts, events)
-        yield Fault("after_start_commit", first)
+        yield from fault("after_start_commit", first)
         assert core.record is not None
         if core.record.stop:
             names = [p.template.name for p in group]
@@ -145,7 +145,7 @@ class ScopeFlows:
             assert finished.encoded is not None
             write_, event = records.succeeded(core.record, name, finished.encoded)
             core.record = yield from write(core.record, [write_], [event])
-        yield Fault("after_success_commit", name)
+        yield from fault("after_success_commit", name)
         return finished.result
 
     def parallel(self, calls: Sequence[StepCall]) -> Flow[list[Any]]:
@@ -202,7 +202,7 @@ class ScopeFlows:
             assert core.record is not None
             core.record = yield from write(core.record, *change)
         if group.failure is None:
-            yield Fault("after_success_commit", member.name)
+            yield from fault("after_success_commit", member.name)
         elif not failed_before:
             yield CancelInFlight(f"cancelled: step {group.failure[0]!r} failed")
 
@@ -229,9 +229,9 @@ class ScopeFlows:
         if record is None or record.status is not SagaStatus.RUNNING:
             return
         done = records.moved(record, SagaStatus.COMPLETED)
-        yield Fault("before_final_commit")
+        yield from fault("before_final_commit")
         core.record = yield from write(record, [], [done], SagaStatus.COMPLETED)
-        yield Fault("after_final_commit")
+        yield from fault("after_final_commit")
 
     def unwind(self, error: BaseException | None) -> Flow[SagaFailed]:
         """Leaving the block with an error (or after a failed step): unwind; what to raise."""

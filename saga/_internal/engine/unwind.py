@@ -34,7 +34,6 @@ from saga._internal.engine.effects import (
     Action,
     Call,
     CodeRefs,
-    Fault,
     Flow,
     Load,
     ReadHistory,
@@ -43,6 +42,7 @@ from saga._internal.engine.effects import (
     hand_back,
     write,
 )
+from saga._internal.engine.fault_points import fault
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.failure import compensation_failed
 from saga._internal.policy import RetryPolicy
@@ -106,16 +106,16 @@ def unwind(
 
     ``fresh``: compensations get their whole retry budget again (an operator's retry)."""
     check_compensations(resolver, record, saga)
-    yield Fault("before_unwind")
+    yield from fault("before_unwind")
     if saga is not None:
         record = yield from _reconciled(record, saga)
     for step in undo_stack(record):
         record = yield from _undo(resolver, record, step, saga, fresh)
     status = unwound_status(record)
     settled, events = records.nothing_to_undo(record)  # no step of it stays running
-    yield Fault("before_final_commit")
+    yield from fault("before_final_commit")
     record = yield from write(record, settled, [*events, records.moved(record, status)], status)
-    yield Fault("after_final_commit")
+    yield from fault("after_final_commit")
     return record
 
 
@@ -184,7 +184,7 @@ def _undo(
             )
     write_, event = records.undone(cursor.record, step.name, cursor.returned)
     record = yield from write(cursor.record, [write_], [event])
-    yield Fault("after_undo_commit", step.name)
+    yield from fault("after_undo_commit", step.name)
     return record
 
 
@@ -250,7 +250,7 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
     noted = _mismatch_noted(cursor, step.name, result)
     write_, started = records.undo_started(cursor.record, step.name)
     failed_before = records.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took)
-    yield Fault("before_undo", step.name)
+    yield from fault("before_undo", step.name)
     cursor.record = yield from write(cursor.record, [write_], [*failed_before, *noted, started])
     cursor.error = None
     began = time.monotonic()
@@ -265,7 +265,7 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
         cursor.error = records.describe(error)  # written with the next attempt's start
         cursor.took = time.monotonic() - began
         raise
-    yield Fault("after_undo_commit" if step.transactional else "after_undo", step.name)
+    yield from fault("after_undo_commit" if step.transactional else "after_undo", step.name)
     return step.transactional
 
 
