@@ -413,12 +413,17 @@ class _GatedHotPath:
 
 
 class _GatedLoadingHotPath(_GatedHotPath):
-    """PostgreSQL's hot path, whose one-statement read of a saga is a boundary too."""
+    """PostgreSQL's hot path, whose one-statement reads of a saga are boundaries too."""
 
     def load(self, saga_id: str) -> SagaRecord | None:
         self.hooks.arrive("hot.load", "SELECT the saga with its steps", True, None)
         loaded: SagaRecord | None = self.hot.load(saga_id)
         return loaded
+
+    def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]:
+        self.hooks.arrive("hot.clash", "SELECT the saga a creation clashed with", True, None)
+        found: tuple[SagaRecord, bool] = self.hot.clash(saga)
+        return found
 
 
 def describe(change: Commit, verb: str) -> str:

@@ -30,6 +30,8 @@ class LoadsInOneStatement(Protocol):
 
     def load(self, saga_id: str) -> SagaRecord | None: ...
 
+    def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]: ...
+
 
 class SqlStore(SagaStore, Protocol):
     """What a dialect's native async form needs of the SQL store it serves."""

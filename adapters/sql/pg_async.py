@@ -28,10 +28,11 @@ from saga._internal.errors import LeaseLostError, StorageError, StorageUnavailab
 from saga._internal.ports import Commit, SagaRecord
 
 from ..threaded_async import ThreadedAsyncStore
+from . import pg_load
 from .dialect import SqlStore
 from .messages import first_line
 from .pg_writer import commit_sql, create_sql
-from .writes import clash, landed
+from .writes import landed
 
 T = TypeVar("T")
 POOL_SIZE = 10
@@ -111,7 +112,8 @@ class PostgresAsyncStore(ThreadedAsyncStore):
                 faults.answer_to_commit()
                 return saga, True
             # A clash on (name, key), or our own insert whose acknowledgement was lost.
-            return await asyncio.to_thread(self.store.once, lambda c: clash(c, saga))
+            row = await self._execute(pg_load.CLASH, pg_load.clash_params(saga))
+            return pg_load.clashed_with(row, saga)
 
         return await self._retried(once)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+from saga._internal.errors import StorageError
 from saga._internal.ports import SagaRecord
 
 from . import tables as t
@@ -20,13 +21,22 @@ from .rows import saga_record, step_record
 _INSTANCE = tuple(column.name for column in t.instances.c)
 _STEP = tuple(column.name for column in t.steps.c)
 
-LOAD = (
+_SELECT = (
     f"SELECT {', '.join(f'saga_instances.{name}' for name in _INSTANCE)}, "
     f"(SELECT json_agg(json_build_array({', '.join(f'saga_steps.{name}' for name in _STEP)})"
     " ORDER BY saga_steps.seq) FROM saga_steps WHERE saga_steps.saga_id = saga_instances.id) "
-    "FROM saga_instances WHERE saga_instances.id = %(id)s"
+    "FROM saga_instances WHERE "
 )
+LOAD = _SELECT + "saga_instances.id = %(id)s"
 """The statement (its text is what tests look for to see which columns a read takes)."""
+
+CLASH = _SELECT + (
+    "saga_instances.id = %(id)s "
+    "OR (saga_instances.name = %(name)s AND saga_instances.key = %(key)s)"
+)
+"""After a creation that inserted nothing: the row it clashed with, ours (a lost
+acknowledgement hid our insert) or the saga already run under its (name, key). At
+most one row: ours, if it exists, holds that (name, key) itself."""
 
 
 def saga_of(row: tuple[Any, ...]) -> SagaRecord:
@@ -38,3 +48,16 @@ def saga_of(row: tuple[Any, ...]) -> SagaRecord:
         for step in step_rows or ()
     )
     return saga_record(instance, steps)
+
+
+def clash_params(saga: SagaRecord) -> dict[str, Any]:
+    """The parameters of :data:`CLASH` for ``saga``, whose creation inserted nothing."""
+    return {"id": saga.id, "name": saga.name, "key": saga.key}
+
+
+def clashed_with(row: tuple[Any, ...] | None, saga: SagaRecord) -> tuple[SagaRecord, bool]:
+    """The row :data:`CLASH` found: ours (created: True) or the existing saga."""
+    if row is None:
+        raise StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
+    found = saga_of(row)
+    return found, found.id == saga.id

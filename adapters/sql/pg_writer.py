@@ -293,6 +293,12 @@ class PostgresHotPath:
         row = execute_one(self.engine, pg_load.LOAD, {"id": saga_id})
         return None if row is None else pg_load.saga_of(row)
 
+    def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]:
+        """What ``saga``'s creation clashed with, in one statement (as ``writes.clash``
+        answers it in a transaction of four): ours (created), or the existing saga."""
+        row = execute_one(self.engine, pg_load.CLASH, pg_load.clash_params(saga))
+        return pg_load.clashed_with(row, saga)
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -64,6 +64,9 @@ class SqlSagaStore(SqlTransactions):
             assert self.hot is not None
             if self.hot.create(saga, first, lease_ttl):
                 return saga, True
+            hot: object = self.hot
+            if isinstance(hot, LoadsInOneStatement):  # a keyed re-run: one statement
+                return hot.clash(saga)
             return self.once(lambda connection: writes.clash(connection, saga))
 
         def answered() -> tuple[SagaRecord, bool]:

@@ -1,14 +1,19 @@
 """PostgreSQL reads a saga with its steps in one statement (adapters/sql/pg_load.py):
 what it returns is exactly what the portable two-SELECT read returns, for a saga with
 payloads, NULLs, strange text, floats and several steps, in seq order; an unknown id
-is None. A recoverer reads every saga it claims this way."""
+is None. A recoverer reads every saga it claims this way, and a creation that inserted
+nothing (a keyed re-run, or our own insert whose acknowledgement was lost) reads what
+it clashed with so too."""
 
 from __future__ import annotations
 
-import pytest
-from saga.adapters.sql import reads
+import dataclasses
+import uuid
 
-from saga import Coordinator, Saga, SagaFailed, StepContext
+import pytest
+from saga.adapters.sql import reads, writes
+
+from saga import Coordinator, Saga, SagaFailed, StepContext, StorageError
 from tests.integration.support import sql_store
 
 pytestmark = pytest.mark.postgres
@@ -44,3 +49,34 @@ def test_the_one_statement_read_is_the_portable_read(pg_url: str) -> None:
         assert [step.seq for step in one.steps] == sorted(step.seq for step in one.steps)
         assert len(one.steps) == 2
         assert store.load("00000000-0000-4000-8000-000000000000") is None
+
+
+def test_a_clash_is_read_in_one_statement_as_the_portable_read_finds_it(pg_url: str) -> None:
+    with Coordinator(pg_url) as coord:
+        key = f"clash-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(SagaFailed) as failed:
+            coord.run(saga, data={"note": "first"}, key=key)
+        store = sql_store(coord)
+        hot = store.hot
+        existing = store.load(failed.value.saga_id)
+        assert existing is not None
+        # Another run under the same key: its insert clashed with the saga above.
+        again = dataclasses.replace(existing, id=str(uuid.uuid4()))
+        portable = store.once(lambda connection: writes.clash(connection, again))
+        assert hot.clash(again) == portable == (existing, False)
+        # Our own insert, its acknowledgement lost: the row with our id is ours.
+        assert hot.clash(existing) == (existing, True)
+        # Neither: said, not guessed.
+        nowhere = dataclasses.replace(existing, id=str(uuid.uuid4()), key="no-such-key")
+        with pytest.raises(StorageError, match="clashed but was not found"):
+            hot.clash(nowhere)
+
+
+def test_a_keyed_re_run_returns_the_recorded_outcome_through_the_clash(pg_url: str) -> None:
+    with Coordinator(pg_url) as coord:
+        key = f"rerun-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(SagaFailed) as first:
+            coord.run(saga, data={"note": "once"}, key=key)
+        with pytest.raises(SagaFailed) as second:
+            coord.run(saga, data={"note": "once"}, key=key)
+        assert second.value.saga_id == first.value.saga_id
