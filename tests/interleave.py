@@ -420,6 +420,11 @@ class _GatedLoadingHotPath(_GatedHotPath):
         loaded: SagaRecord | None = self.hot.load(saga_id)
         return loaded
 
+    def find(self, name: str, key: str) -> SagaRecord | None:
+        self.hooks.arrive("hot.find", "SELECT the saga of a name and key", True, None)
+        found: SagaRecord | None = self.hot.find(name, key)
+        return found
+
     def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]:
         self.hooks.arrive("hot.clash", "SELECT the saga a creation clashed with", True, None)
         found: tuple[SagaRecord, bool] = self.hot.clash(saga)

@@ -4,6 +4,8 @@ first line of a driver's error (the rest is the driver's traceback of the query)
 from __future__ import annotations
 
 from saga._internal._secrets import masked as masked  # every credential form, in one place
+from saga._internal.errors import StorageError
+from saga._internal.ports import SagaRecord
 
 
 def first_line(error: BaseException) -> str:
@@ -11,3 +13,9 @@ def first_line(error: BaseException) -> str:
     or its type name when it has none."""
     text = str(getattr(error, "orig", None) or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def clash_not_found(saga: SagaRecord) -> StorageError:
+    """A creation inserted nothing, yet neither its own row nor the one holding its
+    (name, key) was there to read: the row was purged in between."""
+    return StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")

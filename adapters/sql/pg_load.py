@@ -12,10 +12,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from saga._internal.errors import StorageError
 from saga._internal.ports import SagaRecord
 
 from . import tables as t
+from .messages import clash_not_found
 from .rows import saga_record, step_record
 
 _INSTANCE = tuple(column.name for column in t.instances.c)
@@ -29,6 +29,9 @@ _SELECT = (
 )
 LOAD = _SELECT + "saga_instances.id = %(id)s"
 """The statement (its text is what tests look for to see which columns a read takes)."""
+
+FIND = _SELECT + "saga_instances.name = %(name)s AND saga_instances.key = %(key)s"
+"""The saga of a definition run under a key (``uq_saga_instances_name_key``)."""
 
 CLASH = _SELECT + (
     "saga_instances.id = %(id)s "
@@ -58,6 +61,6 @@ def clash_params(saga: SagaRecord) -> dict[str, Any]:
 def clashed_with(row: tuple[Any, ...] | None, saga: SagaRecord) -> tuple[SagaRecord, bool]:
     """The row :data:`CLASH` found: ours (created: True) or the existing saga."""
     if row is None:
-        raise StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
+        raise clash_not_found(saga)
     found = saga_of(row)
     return found, found.id == saga.id

@@ -293,6 +293,11 @@ class PostgresHotPath:
         row = execute_one(self.engine, pg_load.LOAD, {"id": saga_id})
         return None if row is None else pg_load.saga_of(row)
 
+    def find(self, name: str, key: str) -> SagaRecord | None:
+        """The saga ``name`` ran under ``key``, with its steps, in one statement."""
+        row = execute_one(self.engine, pg_load.FIND, {"name": name, "key": key})
+        return None if row is None else pg_load.saga_of(row)
+
     def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]:
         """What ``saga``'s creation clashed with, in one statement (as ``writes.clash``
         answers it in a transaction of four): ours (created), or the existing saga."""

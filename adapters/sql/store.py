@@ -64,9 +64,9 @@ class SqlSagaStore(SqlTransactions):
             assert self.hot is not None
             if self.hot.create(saga, first, lease_ttl):
                 return saga, True
-            hot: object = self.hot
-            if isinstance(hot, LoadsInOneStatement):  # a keyed re-run: one statement
-                return hot.clash(saga)
+            reader = self.one_statement_reads()
+            if reader is not None:  # a keyed re-run: one statement
+                return reader.clash(saga)
             return self.once(lambda connection: writes.clash(connection, saga))
 
         def answered() -> tuple[SagaRecord, bool]:
@@ -227,19 +227,32 @@ class SqlSagaStore(SqlTransactions):
 
     # -- reads --------------------------------------------------------------------------
 
+    def one_statement_reads(self) -> LoadsInOneStatement | None:
+        """The hot path, if it reads a saga in one statement (PostgreSQL's does, SQLite's
+        not: there the portable read is a transaction of two SELECTs)."""
+        hot: object = self.hot
+        return hot if isinstance(hot, LoadsInOneStatement) else None
+
     def load(self, saga_id: str) -> SagaRecord | None:
-        hot: object = self.hot  # PostgreSQL's reads a saga in one statement, SQLite's not
-        if not isinstance(hot, LoadsInOneStatement):
+        reader = self.one_statement_reads()
+        if reader is None:
             return self.read(lambda c: reads.load(c, saga_id))
-
-        def once() -> SagaRecord | None:
-            self.ensure_schema()
-            return hot.load(saga_id)
-
-        return self.retried(once)
+        return self.retried(self.schema_first(lambda: reader.load(saga_id)))
 
     def find(self, name: str, key: str) -> SagaRecord | None:
-        return self.read(lambda c: reads.find(c, name, key))
+        reader = self.one_statement_reads()
+        if reader is None:
+            return self.read(lambda c: reads.find(c, name, key))
+        return self.retried(self.schema_first(lambda: reader.find(name, key)))
+
+    def schema_first(self, read: Callable[[], T]) -> Callable[[], T]:
+        """``read``, once the schema is known to be there (as every portable read)."""
+
+        def once() -> T:
+            self.ensure_schema()
+            return read()
+
+        return once
 
     def list(self, query: ListQuery) -> builtins.list[SagaRecord]:
         return self.read(lambda c: reads.listed(c, self.dialect, query))

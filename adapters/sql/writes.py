@@ -16,14 +16,14 @@ from sqlalchemy import Connection, Label, and_, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from saga._internal.errors import LeaseLostError, StorageError, StorageUnavailableError
+from saga._internal.errors import LeaseLostError, StorageUnavailableError
 from saga._internal.ports import Commit, Event, SagaRecord, StepWrite
 from saga._internal.status import SagaStatus
 
 from . import reads
 from . import tables as t
 from .dialect import Dialect
-from .messages import first_line
+from .messages import clash_not_found, first_line
 from .rows import STEP_UPDATE_COLUMNS, event_values, instance_values, step_values
 
 T = TypeVar("T")
@@ -71,7 +71,7 @@ def clash(connection: Connection, saga: SagaRecord) -> tuple[SagaRecord, bool]:
     assert saga.key is not None
     existing = reads.find(connection, saga.name, saga.key)
     if existing is None:
-        raise StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
+        raise clash_not_found(saga)
     return existing, False
 
 

@@ -3,7 +3,7 @@ what it returns is exactly what the portable two-SELECT read returns, for a saga
 payloads, NULLs, strange text, floats and several steps, in seq order; an unknown id
 is None. A recoverer reads every saga it claims this way, and a creation that inserted
 nothing (a keyed re-run, or our own insert whose acknowledgement was lost) reads what
-it clashed with so too."""
+it clashed with so too, and a keyed block finds the saga its key ran."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from saga.adapters.sql import reads, writes
+from sqlalchemy import event
 
 from saga import Coordinator, Saga, SagaFailed, StepContext, StorageError
 from tests.integration.support import sql_store
@@ -80,3 +81,29 @@ def test_a_keyed_re_run_returns_the_recorded_outcome_through_the_clash(pg_url: s
         with pytest.raises(SagaFailed) as second:
             coord.run(saga, data={"note": "once"}, key=key)
         assert second.value.saga_id == first.value.saga_id
+
+
+def test_a_saga_is_found_by_name_and_key_in_one_statement(pg_url: str) -> None:
+    with Coordinator(pg_url) as coord:
+        key = f"find-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(SagaFailed) as failed:
+            coord.run(saga, data={"note": "found"}, key=key)
+        store = sql_store(coord)
+        portable = store.read(lambda connection: reads.find(connection, saga.name, key))
+        sent: list[str] = []
+
+        def record(conn: object, cursor: object, statement: str, *_: object) -> None:
+            sent.append(statement)
+
+        event.listen(store.engine, "before_cursor_execute", record)
+        try:
+            found = store.find(saga.name, key)
+            missing = store.find(saga.name, "no-such-key")
+        finally:
+            event.remove(store.engine, "before_cursor_execute", record)
+        assert found is not None
+        assert found == portable
+        assert found.id == failed.value.saga_id
+        assert [step.seq for step in found.steps] == sorted(step.seq for step in found.steps)
+        assert missing is None
+        assert sent == []  # neither read went through the portable transaction
