@@ -402,7 +402,7 @@ class Budgeted:
     setup_seconds: float = math.nan
     progress: tuple[tuple[float, int], ...] = ()
     note: str = ""
-    peak_in_flight: int | None = None  # the most steps running at once, where known
+    peak_in_flight: int | None = None  # the most steps in flight at once, where known
 
     @property
     def extrapolated(self) -> float:
@@ -426,7 +426,7 @@ def run_with_budget(
     The child puts ``("ready", setup seconds)`` once its definitions are
     registered and it is connected, then ``("done", seconds)`` or
     ``("error", text)``; before ``done`` it may put ``("peak", steps)``, the most
-    steps it ran at once. Meanwhile ``progress()`` (the steps already durable)
+    steps it had in flight at once. Meanwhile ``progress()`` (the steps already durable)
     is sampled ``samples`` times; when the budget runs out the child is
     terminated.
     """

@@ -373,7 +373,7 @@ def _wide(run: Collected) -> list[str]:
                 f" {first.setup_seconds:.1f} s"
             )
         if first is not None and first.peak_in_flight is not None:
-            text += f"; at most {first.peak_in_flight} steps ran at once"
+            text += f"; at most {first.peak_in_flight} steps in flight at once"
         lines.append(f"- {title}: {text}")
     for label, timings in run.bursts.items():
         lines.append(f"- {label}: {statistics.median(timings):.2f} s (median of {len(timings)})")

@@ -22,7 +22,7 @@ from benchmarks.common import (
     measure,
     run_workload,
 )
-from saga import Coordinator, RetryPolicy, Saga, SagaFailed, SagaStatus, StepContext
+from saga import Coordinator, RetryPolicy, Saga, SagaEvent, SagaFailed, SagaStatus, StepContext
 
 NO_RETRY = RetryPolicy(max_attempts=1)
 _definitions: dict[tuple[int, int | None], Saga] = {}
@@ -126,33 +126,27 @@ def profile(url: str, workload: Workload, n: int, top: int = 20) -> str:
 
 
 class InFlight:
-    """How many steps run at once in this process, counted by the steps themselves (the
-    database's start and finish times overlap more than the actions did: a step's start
-    is stamped with its batch's commit, its finish with a later one)."""
+    """How many steps are in flight at once in this process: started and not yet ended,
+    counted by an inline listener as the engine tells each start and end (the database's
+    start and finish times overlap more than the steps did: a step's start is stamped
+    with its batch's commit, its finish with a later one). The no-op actions themselves
+    hold the GIL, so they run one at a time whatever the engine has in flight."""
+
+    inline = True
+    _ENDS = frozenset({"step_succeeded", "step_failed", "step_skipped"})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.now = 0
         self.peak = 0
 
-    def __enter__(self) -> None:
+    def __call__(self, event: SagaEvent) -> None:
         with self._lock:
-            self.now += 1
-            self.peak = max(self.peak, self.now)
-
-    def __exit__(self, *_: object) -> None:
-        with self._lock:
-            self.now -= 1
-
-
-IN_FLIGHT = InFlight()
-
-
-def counted_noop(ctx: StepContext) -> None:
-    """A no-op step that counts itself in ``IN_FLIGHT`` while it runs."""
-    del ctx
-    with IN_FLIGHT:
-        pass
+            if event.kind == "step_started":
+                self.now += 1
+                self.peak = max(self.peak, self.now)
+            elif event.kind in self._ENDS:
+                self.now -= 1
 
 
 def wide_definition(steps: int, width: int) -> Saga:
@@ -166,7 +160,7 @@ def wide_definition(steps: int, width: int) -> Saga:
         previous = "root"
         for position in range(length):
             name = f"b{branch}s{position}"
-            saga.step(name=name, after=(previous,))(counted_noop).compensation(noop)
+            saga.step(name=name, after=(previous,))(noop).compensation(noop)
             previous = name
         tails.append(previous)
     saga.step(name="join", after=tuple(tails))(noop)
@@ -184,7 +178,8 @@ def wide_child(
     try:
         began = time.perf_counter()
         saga = wide_definition(steps, width)
-        with Coordinator(url, lease_ttl=30.0) as coord:
+        in_flight = InFlight()
+        with Coordinator(url, lease_ttl=30.0, listeners=[in_flight]) as coord:
             coord.create_schema()
             coord.register(saga)
             channel.put(("ready", time.perf_counter() - began))
@@ -193,7 +188,7 @@ def wide_child(
             elapsed = time.perf_counter() - started
             if view.status is not SagaStatus.COMPLETED:
                 raise BenchmarkError(f"the wide saga ended {view.status.value}")
-        channel.put(("peak", IN_FLIGHT.peak))
+        channel.put(("peak", in_flight.peak))
         channel.put(("done", elapsed))
     except Exception as error:  # reported to the parent, which keeps going
         channel.put(("error", f"{type(error).__name__}: {error}"))
