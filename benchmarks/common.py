@@ -43,13 +43,14 @@ class Workload:
         Success: n+1 (the saga and its first step's start in one commit, then
         one commit per step: "step k succeeded" + "step k+1 started", and the
         last one with "completed"). Failure at step f: f commits forward,
-        1 for the failure (and the turn to compensating), 2 per compensation
-        (started, done) and 1 for the final status.
+        1 for the failure (and the turn to compensating), 1 per compensation
+        (its start, with the end of the one before) and 1 for the final status
+        (with the last compensation's end).
         """
         if self.fail_at is None:
             return self.steps + 1
         undone = self.fail_at - 1
-        return self.fail_at + 1 + 2 * undone + 1
+        return self.fail_at + 1 + undone + 1
 
 
 W1 = Workload("w1", "3 no-op steps, sequential", 3)

@@ -64,7 +64,7 @@ def cases(paths: Sequence[Path], modes: Sequence[str]) -> list[Case]:
     ``compensate`` runs only where the saga is still going forward (elsewhere it is
     the same as ``recover``); ``zombie`` only where the saga is recorded and not yet
     final (a process frozen before anything is recorded is just late, not a zombie);
-    ``lost_ack`` wherever a commit follows.
+    ``lost_ack`` wherever a commit follows (not once the final commit is made).
     """
     unknown = sorted(set(modes) - set(MODES))
     if unknown:
@@ -73,13 +73,24 @@ def cases(paths: Sequence[Path], modes: Sequence[str]) -> list[Case]:
         )
     out = []
     for path in paths:
+        final = _final_commit(path)
         for index, point in enumerate(path.points):
             for mode in modes:
                 if mode == "compensate" and not (_is_forward(point) and index > 0):
                     continue
-                if mode == "zombie" and (index == 0 or point.startswith("after_final_commit")):
+                if mode == "zombie" and (index == 0 or index > final):
                     continue
-                if mode == "lost_ack" and point.startswith("after_final_commit"):
+                if mode == "lost_ack" and index > final:
                     continue  # no commit follows it
                 out.append(Case(point, path.failing, mode))
     return out
+
+
+def _final_commit(path: Path) -> int:
+    """The index of the point just before the path's final commit: the points after it
+    (the last compensation's end, carried by that commit, and ``after_final_commit``)
+    come once the saga is final, with no commit to follow."""
+    for index, point in enumerate(path.points):
+        if point.partition("#")[0] == "before_final_commit":
+            return index
+    return len(path.points)

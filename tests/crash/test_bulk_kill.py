@@ -2,8 +2,11 @@
 
 Three stuck ``cli-order`` sagas (tests/cli/steps.py). The real ``saga`` command
 compensates them in batches of two and is killed (``SAGA_FAULTS``) right after the
-second saga's ``charge`` is durably compensated, before its ``reserve`` is: one saga is
-compensated, one is left compensating under the dead process's lease, one untouched.
+second saga has durably turned compensating, before its first compensation starts: one
+saga is compensated, one is left compensating under the dead process's lease, one
+untouched. (Not between its two compensations: the end of one is committed with the
+start of the next, and a started compensation whose policy allows one attempt
+(``ONCE``) has spent it: a crash there leaves the saga failed, for an operator.)
 Once that lease runs out (by the database clock), the same command run again finishes
 the other two, and nothing is compensated twice.
 """
@@ -25,8 +28,8 @@ from tests.crash.invariants import check_history
 
 pytestmark = pytest.mark.crash
 
-FAULT = "after_undo_commit:charge#2"
-"""The second saga's first compensation is durable; its second has not started."""
+FAULT = "before_undo:charge#2"
+"""The second saga is durably compensating; none of its compensations has started."""
 LEASE = "2"
 """The command's lease (s): the dead process's claim runs out soon, and is waited for."""
 

@@ -224,7 +224,7 @@ ORDERS: dict[str, tuple[float, Callable[[Case], list[str]]]] = {
 DRIVERS = ["threads", "asyncio"]
 ASYNC_ORDERS = ("drain", "drain-rival-waits")
 """What the asyncio driver's owner is swept with (its drain is the same flag)."""
-WIDTH = {"sqlite": 8, "postgres": 8}
+WIDTH = {"sqlite": 7, "postgres": 7}
 """Owner boundaries swept after its creation, per backend; :func:`test_the_owner_fits_the_sweep`
 fails unless a dry run finds exactly these."""
 

@@ -36,12 +36,12 @@ def test_a_declarative_saga_survives_every_crash(crash_matrix: CrashMatrix) -> N
     unwinding = _points(cases, "charge")[_points(cases, "charge").index("before_unwind") :]
     assert unwinding == [
         "before_unwind",
-        *[f"{p}:charge" for p in ("before_undo", "after_undo", "after_undo_commit")],
-        *[
-            f"{p}:reserve"
-            for p in ("before_undo", "inside_undo", "after_undo", "after_undo_commit")
-        ],
+        *[f"{p}:charge" for p in ("before_undo", "after_undo")],
+        "before_undo:reserve",
+        "after_undo_commit:charge",  # charge's end is committed with reserve's start
+        *[f"{p}:reserve" for p in ("inside_undo", "after_undo")],
         "before_final_commit",
+        "after_undo_commit:reserve",  # and reserve's with the saga's end
         "after_final_commit",
     ]  # charge's own compensation reverts nothing (it never acted), so no inside_undo
     compensated = {r.case.point for r in report.rows if r.case.mode == "compensate"}

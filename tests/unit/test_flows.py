@@ -182,15 +182,51 @@ def test_a_failed_step_turns_the_saga_then_unwinds_newest_first() -> None:
         "Write:-:reserve",  # the compensation's start, durable before it runs
         "Call:reserve",
         "Fault:after_undo:reserve",
-        "Write:-:reserve",  # compensated
-        "Fault:after_undo_commit:reserve",
         "Fault:before_final_commit:None",
-        "Write:compensated:",
+        "Write:compensated:reserve",  # its end rides with the saga's
+        "Fault:after_undo_commit:reserve",
         "Fault:after_final_commit:None",
     ]
     turned = driver.seen[turn]
     assert isinstance(turned, effects.Write)
     assert turned.change.steps[0].step.status is StepStatus.FAILED
+    final = driver.seen[-3]
+    assert isinstance(final, effects.Write)
+    assert [w.step.status for w in final.change.steps] == [StepStatus.COMPENSATED]
+    assert [e.kind for e in final.change.events] == ["compensation_done", "saga_compensated"]
+
+
+def test_a_compensation_s_end_rides_with_the_next_one_s_start() -> None:
+    saga = Saga(f"flows-{uuid.uuid4().hex[:8]}")
+    for name in ("first", "second"):
+        saga.step(name=name)(lambda ctx: 1).compensation(lambda ctx: None)
+    saga.step(name="third", retry=RetryPolicy(max_attempts=1))(_refused)
+    saga.validate()
+    driver = HandDriver(plain)
+    with pytest.raises(SagaFailed):
+        driver.run(forward(saga, *started(saga)))
+    writes = [e for e in driver.seen if isinstance(e, effects.Write)]
+    unwinding = writes[[w.change.status for w in writes].index(SagaStatus.COMPENSATING) + 1 :]
+    assert [_commit(w) for w in unwinding] == [
+        [("second", "compensating", "compensation_started")],
+        [
+            ("second", "compensated", "compensation_done"),  # durable with the next start
+            ("first", "compensating", "compensation_started"),
+        ],
+        [("first", "compensated", "compensation_done"), (None, "compensated", "saga_compensated")],
+    ]
+
+
+def _refused(ctx: Any) -> None:
+    raise ValueError("refused")
+
+
+def _commit(effect: effects.Write) -> list[tuple[str | None, str, str]]:
+    """A commit as (step, the status it writes, the event) pairs, in order; the saga's
+    own event names its new status."""
+    statuses = {w.step.name: w.step.status.value for w in effect.change.steps}
+    saga_status = effect.change.status.value if effect.change.status else "-"
+    return [(e.step, statuses.get(e.step or "", saga_status), e.kind) for e in effect.change.events]
 
 
 def test_a_draining_process_hands_back_instead_of_starting_the_next_step() -> None:

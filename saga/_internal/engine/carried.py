@@ -1,4 +1,5 @@
-"""The completions a forward run has not written yet: they ride with its next commit."""
+"""The completions a run (forward, or unwinding) has not written yet: they ride with its
+next commit."""
 
 from __future__ import annotations
 

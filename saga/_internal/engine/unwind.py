@@ -1,6 +1,11 @@
 """Failing and unwinding: a step's failure recorded, then every step that may have
 acted compensated, newest first, each compensation attempt durable before it runs.
 
+A compensation's end is not a commit of its own: it rides with the next one (the next
+compensation's start, or the saga's end), as a forward step's success rides with the
+next start. A crash before that commit runs the compensation again, which it must
+bear anyway (a crash between its return and any commit of it does the same).
+
 The flows here serve every entry point: a declarative saga's forward flow, the
 context-manager scopes, and the operator verbs (recover, compensate, cancel).
 """
@@ -22,6 +27,7 @@ from saga._internal.engine.attempts import (
     undo_context,
     undo_result,
 )
+from saga._internal.engine.carried import Carried
 from saga._internal.engine.decisions import (
     Cursor,
     no_unwinding,
@@ -46,7 +52,7 @@ from saga._internal.engine.fault_points import fault
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.failure import compensation_failed
 from saga._internal.policy import RetryPolicy
-from saga._internal.ports import Event, SagaRecord, StepRecord
+from saga._internal.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga._internal.result_types import Read
 from saga._internal.status import SagaStatus
 
@@ -109,14 +115,25 @@ def unwind(
     yield from fault("before_unwind")
     if saga is not None:
         record = yield from _reconciled(record, saga)
+    carried = Carried()  # the last compensation's end, not yet written
     for step in undo_stack(record):
-        record = yield from _undo(resolver, record, step, saga, fresh)
-    status = unwound_status(record)
-    settled, events = records.nothing_to_undo(record)  # no step of it stays running
+        record = yield from _undo(resolver, record, step, saga, fresh, carried)
+    ahead = carried.ahead(record)
+    status = unwound_status(ahead)
+    settled, events = records.nothing_to_undo(ahead)  # no step of it stays running
     yield from fault("before_final_commit")
-    record = yield from write(record, settled, [*events, records.moved(record, status)], status)
+    done, told = carried.take()
+    moved = records.moved(ahead, status)
+    record = yield from write(record, [*done, *settled], [*told, *events, moved], status)
+    yield from _undone_commits(done)
     yield from fault("after_final_commit")
     return record
+
+
+def _undone_commits(done: list[StepWrite]) -> Flow[None]:
+    """The crash point after each compensation's end is committed (with a later write)."""
+    for written in done:
+        yield from fault("after_undo_commit", written.step.name)
 
 
 def _reconciled(record: SagaRecord, saga: Saga) -> Flow[SagaRecord]:
@@ -145,8 +162,9 @@ class _Undoing(Cursor):
     """A compensation's retries: the latest record, and the error of the last attempt
     until the next attempt's start records it."""
 
-    def __init__(self, record: SagaRecord) -> None:
+    def __init__(self, record: SagaRecord, carried: Carried) -> None:
         super().__init__(record)
+        self.carried = carried  # the compensation before's end: rides with this one's start
         self.error: str | None = None
         self.took: float | None = None  # how long that attempt ran
         self.returned: Any = None  # what the compensation returned, kept in its event
@@ -154,17 +172,25 @@ class _Undoing(Cursor):
 
 
 def _undo(
-    resolver: CodeRefs, record: SagaRecord, step: StepRecord, saga: Saga | None, fresh: bool
+    resolver: CodeRefs,
+    record: SagaRecord,
+    step: StepRecord,
+    saga: Saga | None,
+    fresh: bool,
+    carried: Carried,
 ) -> Flow[SagaRecord]:
+    """Compensate ``step``; its end is left in ``carried``, for the next commit (a
+    transactional compensation's committed with its own writes)."""
     call, policy = compensation(resolver, record, step, saga)
     if call is None:
         return record
     if (yield DRAINING):  # stopping: the next owner goes on with this compensation
-        raise (yield from hand_back(record))
+        raise (yield from hand_back(record, *carried.take()))
     used = 0 if fresh else (yield from _budget_used(record, step, policy))
     if not policy.allows(used + 1):
-        return (yield from _exhausted(record, step.name, "compensation attempts used up"))
-    cursor = _Undoing(record)
+        exhausted = "compensation attempts used up"
+        return (yield from _exhausted(record, step.name, exhausted, carried=carried))
+    cursor = _Undoing(record, carried)
     retries = Retries(policy, used)
     while True:
         try:
@@ -182,10 +208,8 @@ def _undo(
             yield from _before_next_undo(
                 resolver, cursor, step, error, delay, _budget(policy, used, step)
             )
-    write_, event = records.undone(cursor.record, step.name, cursor.returned)
-    record = yield from write(cursor.record, [write_], [event])
-    yield from fault("after_undo_commit", step.name)
-    return record
+    carried.add(*records.undone(cursor.record, step.name, cursor.returned))
+    return cursor.record
 
 
 def _before_next_undo(
@@ -251,7 +275,10 @@ def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool
     write_, started = records.undo_started(cursor.record, step.name)
     failed_before = records.undo_attempt_failed(cursor.record, step.name, cursor.error, cursor.took)
     yield from fault("before_undo", step.name)
-    cursor.record = yield from write(cursor.record, [write_], [*failed_before, *noted, started])
+    done, told = cursor.carried.take()
+    events = [*told, *failed_before, *noted, started]
+    cursor.record = yield from write(cursor.record, [*done, write_], events)
+    yield from _undone_commits(done)
     cursor.error = None
     began = time.monotonic()
     context = undo_context(cursor.record, step.name, result)
@@ -279,12 +306,18 @@ def _mismatch_noted(cursor: _Undoing, name: str, result: Read) -> tuple[Event, .
 
 
 def _exhausted(
-    record: SagaRecord, name: str, text: str, cause: BaseException | None = None
+    record: SagaRecord,
+    name: str,
+    text: str,
+    cause: BaseException | None = None,
+    carried: Carried | None = None,
 ) -> Flow[SagaRecord]:
     write_, event = records.undo_failed(record, name, text)
     stop = records.moved(record, SagaStatus.FAILED, reason=f"compensation of {name!r} failed")
+    done, told = carried.take() if carried is not None else ([], [])
     # The saga's error stays the one that made it unwind; this one is on the step.
-    record = yield from write(record, [write_], [event, stop], SagaStatus.FAILED)
+    record = yield from write(record, [*done, write_], [*told, event, stop], SagaStatus.FAILED)
+    yield from _undone_commits(done)
     raise compensation_failed(record, name, text, cause) from cause
 
 
