@@ -19,7 +19,7 @@ import functools
 import operator
 import typing
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from sqlalchemy import Boolean, Engine, Float, Integer, String, Table
@@ -191,8 +191,13 @@ def statement(head: str, updates: int, inserts: int, events: int) -> str:
     return "WITH " + ", ".join(parts) + " SELECT stop FROM fence"
 
 
-Statement = tuple[str, dict[str, Any], bool | None]
-"""A commit's SQL, its parameters, and ``prepare`` as psycopg takes it (:func:`prepared`)."""
+class Statement(NamedTuple):
+    """A commit's SQL, its parameters, and ``prepare`` as psycopg takes it
+    (:func:`prepared`); unpacked into ``execute_one``'s arguments."""
+
+    sql: str
+    params: dict[str, Any]
+    prepare: bool | None
 
 
 def commit_sql(change: Commit) -> Statement:
@@ -225,7 +230,7 @@ def _with_body(head: str, change: Commit, params: dict[str, Any]) -> Statement:
     _put("e", events, _EVENT_COLUMNS, params)
     counts = (len(updates), len(inserts), len(events))
     sql = statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts))
-    return sql, params, prepared(max(counts) > SMALL)
+    return Statement(sql, params, prepared(max(counts) > SMALL))
 
 
 def prepared(with_arrays: bool) -> bool | None:
