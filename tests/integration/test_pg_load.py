@@ -52,14 +52,20 @@ def test_the_one_statement_read_is_the_portable_read(pg_url: str) -> None:
         assert store.load("00000000-0000-4000-8000-000000000000") is None
 
 
+def failed_under_a_key(coord: Coordinator, prefix: str) -> tuple[str, str]:
+    """Run the saga (its second step refuses) under a fresh key: its id and the key."""
+    key = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(SagaFailed) as failed:
+        coord.run(saga, data={"note": prefix}, key=key)
+    return failed.value.saga_id, key
+
+
 def test_a_clash_is_read_in_one_statement_as_the_portable_read_finds_it(pg_url: str) -> None:
     with Coordinator(pg_url) as coord:
-        key = f"clash-{uuid.uuid4().hex[:8]}"
-        with pytest.raises(SagaFailed) as failed:
-            coord.run(saga, data={"note": "first"}, key=key)
+        saga_id, _ = failed_under_a_key(coord, "clash")
         store = sql_store(coord)
         hot = store.hot
-        existing = store.load(failed.value.saga_id)
+        existing = store.load(saga_id)
         assert existing is not None
         # Another run under the same key: its insert clashed with the saga above.
         again = dataclasses.replace(existing, id=str(uuid.uuid4()))
@@ -85,9 +91,7 @@ def test_a_keyed_re_run_returns_the_recorded_outcome_through_the_clash(pg_url: s
 
 def test_a_saga_is_found_by_name_and_key_in_one_statement(pg_url: str) -> None:
     with Coordinator(pg_url) as coord:
-        key = f"find-{uuid.uuid4().hex[:8]}"
-        with pytest.raises(SagaFailed) as failed:
-            coord.run(saga, data={"note": "found"}, key=key)
+        saga_id, key = failed_under_a_key(coord, "find")
         store = sql_store(coord)
         portable = store.read(lambda connection: reads.find(connection, saga.name, key))
         sent: list[str] = []
@@ -103,7 +107,7 @@ def test_a_saga_is_found_by_name_and_key_in_one_statement(pg_url: str) -> None:
             event.remove(store.engine, "before_cursor_execute", record)
         assert found is not None
         assert found == portable
-        assert found.id == failed.value.saga_id
+        assert found.id == saga_id
         assert [step.seq for step in found.steps] == sorted(step.seq for step in found.steps)
         assert missing is None
         assert sent == []  # neither read went through the portable transaction
