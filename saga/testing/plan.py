@@ -73,24 +73,27 @@ def cases(paths: Sequence[Path], modes: Sequence[str]) -> list[Case]:
         )
     out = []
     for path in paths:
-        final = _final_commit(path)
+        final = _after_final_commit(path)
         for index, point in enumerate(path.points):
             for mode in modes:
                 if mode == "compensate" and not (_is_forward(point) and index > 0):
                     continue
-                if mode == "zombie" and (index == 0 or index > final):
+                if mode == "zombie" and (index == 0 or index >= final):
                     continue
-                if mode == "lost_ack" and index > final:
+                if mode == "lost_ack" and index >= final:
                     continue  # no commit follows it
                 out.append(Case(point, path.failing, mode))
     return out
 
 
-def _final_commit(path: Path) -> int:
-    """The index of the point just before the path's final commit: the points after it
+def _after_final_commit(path: Path) -> int:
+    """The index of the path's first point after its final commit: the points from there
     (the last compensation's end, carried by that commit, and ``after_final_commit``)
     come once the saga is final, with no commit to follow."""
     for index, point in enumerate(path.points):
-        if point.partition("#")[0] == "before_final_commit":
+        name = point.partition("#")[0]
+        if name == "before_final_commit":
+            return index + 1
+        if name == "after_final_commit":
             return index
     return len(path.points)

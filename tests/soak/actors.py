@@ -15,6 +15,9 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from saga import Coordinator, SagaStatus
 from tests.children import ROOT, child_env
@@ -151,10 +154,16 @@ class Monitor(Actor):
         self.problems: list[str] = []
 
     def loop(self) -> None:
-        while not self.halt.wait(0.5):
-            unfinished = len(self.coord.list(ACTIVE, limit=5000))
-            self.peak_unfinished = max(self.peak_unfinished, unfinished)
-            total, negative = bank.total(self.bank_url)
-            self.samples += 1
-            if total != self.expected_total or negative:
-                self.problems.append(f"sample {self.samples}: total {total}, negative {negative}")
+        # One connection for the whole soak, opened as it starts: a new one per sample
+        # could find the server's connections all taken by the fleet and the suite beside.
+        with bank.connect(self.bank_url) as connection:
+            while not self.halt.wait(0.5):
+                self.sample(connection)
+
+    def sample(self, connection: psycopg.Connection[Any]) -> None:
+        unfinished = len(self.coord.list(ACTIVE, limit=5000))
+        self.peak_unfinished = max(self.peak_unfinished, unfinished)
+        total, negative = bank.total(connection)
+        self.samples += 1
+        if total != self.expected_total or negative:
+            self.problems.append(f"sample {self.samples}: total {total}, negative {negative}")

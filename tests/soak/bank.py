@@ -315,14 +315,18 @@ def books(url: str) -> Books:
     )
 
 
-def total(url: str) -> tuple[int, list[str]]:
+def connect(url: str) -> psycopg.Connection[Any]:
+    """An autocommit connection to the bank, for a reader that keeps it (the monitor)."""
+    return psycopg.connect(libpq_url(url), autocommit=True)
+
+
+def total(connection: psycopg.Connection[Any]) -> tuple[int, list[str]]:
     """The bank's total and its negative columns, in one statement (cheap enough to sample)."""
-    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
-        row = connection.execute(
-            "SELECT coalesce(sum(balance + held + incoming), 0),"
-            " coalesce(string_agg(id, ',') FILTER"
-            " (WHERE balance < 0 OR held < 0 OR incoming < 0), '') FROM accounts"
-        ).fetchone()
+    row = connection.execute(
+        "SELECT coalesce(sum(balance + held + incoming), 0),"
+        " coalesce(string_agg(id, ',') FILTER"
+        " (WHERE balance < 0 OR held < 0 OR incoming < 0), '') FROM accounts"
+    ).fetchone()
     assert row is not None
     return int(row[0]), [name for name in str(row[1]).split(",") if name]
 

@@ -147,6 +147,21 @@ def test_modes_run_only_where_they_mean_something() -> None:
         cases([], ["forward"])
 
 
+def test_no_commit_follows_the_points_after_the_final_commit() -> None:
+    # The last compensation's end is committed with the saga's: its point comes after.
+    points = ("after_undo:a", "before_final_commit", "after_undo_commit:a", "after_final_commit")
+    planned = cases([RunPath("b", points, "compensated")], ["recover", "zombie", "lost_ack"])
+    assert [(c.point, c.mode) for c in planned] == [
+        ("after_undo:a", "recover"),
+        ("after_undo:a", "lost_ack"),  # not zombie: nothing is recorded yet at the first
+        ("before_final_commit", "recover"),
+        ("before_final_commit", "zombie"),
+        ("before_final_commit", "lost_ack"),
+        ("after_undo_commit:a", "recover"),
+        ("after_final_commit", "recover"),
+    ]
+
+
 def test_the_table_shows_the_failures_by_point() -> None:
     good = Row(Case("after_action:a", None, "recover"), "completed", "a b", ())
     bad = Row(Case("after_undo:a", "b", "recover"), "compensated", "a b! ~a", ("check: twice",))
