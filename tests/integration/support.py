@@ -58,6 +58,13 @@ def wait_until_expired(coord: Coordinator, saga_id: str, limit: float = 30.0) ->
         time.sleep(0.05)
 
 
+def wait_for_the_clock(coord: Coordinator, past: float) -> None:
+    """Spin until the database clock is past ``past`` (SQLite keeps milliseconds): a time
+    stamped from now on differs from ``past``, whatever the machine's speed."""
+    while coord.store.now() <= past:
+        pass
+
+
 def replay(events: Iterable[EventRecord]) -> tuple[SagaStatus | None, dict[str, StepStatus]]:
     """The saga and step statuses that a saga's history implies."""
     status: SagaStatus | None = None

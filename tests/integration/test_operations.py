@@ -24,6 +24,7 @@ from tests.integration.support import (
     assert_history_replays,
     expire_lease,
     kinds,
+    wait_for_the_clock,
     wait_until_expired,
 )
 
@@ -220,6 +221,11 @@ def test_list_filters_by_status_and_name_newest_first(coord: Coordinator) -> Non
             made.append((view.id, saga.name, view.status))
         except SagaFailed as failure:
             made.append((failure.saga_id, saga.name, failure.status))
+        # Two sagas begun in one tick of the clock (SQLite's is in milliseconds) tie, and
+        # a tie lists by id: the next saga begins on a later tick.
+        begun = coord.get(made[-1][0]).created_at
+        assert begun is not None
+        wait_for_the_clock(coord, begun)
     newest_first = [m[0] for m in reversed(made)]
     assert [v.id for v in coord.list()] == newest_first
     assert [v.id for v in coord.list(limit=2)] == newest_first[:2]

@@ -9,14 +9,12 @@ from saga import Coordinator, Saga, SagaFailed, SagaStatus, StepContext, StepSta
 from saga.cli import app
 from tests.integration import steps
 from tests.integration.steps import Crash
-from tests.integration.support import assert_history_replays, expire_lease, fast
-
-
-def _wait_for_the_clock(coord: Coordinator, past: float) -> None:
-    """Spin until the database clock is past ``past`` (SQLite keeps milliseconds): a time
-    stamped from now on differs from ``past``, whatever the machine's speed."""
-    while coord.store.now() <= past:
-        pass
+from tests.integration.support import (
+    assert_history_replays,
+    expire_lease,
+    fast,
+    wait_for_the_clock,
+)
 
 
 def test_a_compensated_step_keeps_the_finish_time_of_its_action(
@@ -35,7 +33,7 @@ def test_a_compensated_step_keeps_the_finish_time_of_its_action(
         recorded = observer.get(ctx.saga_id).step("reserve").finished_at
         assert recorded is not None
         finished.append(recorded)
-        _wait_for_the_clock(observer, recorded)
+        wait_for_the_clock(observer, recorded)
 
     @saga.step()
     def charge(ctx: StepContext) -> None:
@@ -80,7 +78,7 @@ def test_a_step_marked_compensated_by_hand_keeps_the_finish_time_of_its_action(
         coord.run(saga)
     before = coord.get(raised.value.saga_id).step("transfer").finished_at
     assert before is not None
-    _wait_for_the_clock(coord, before)
+    wait_for_the_clock(coord, before)
     view = admin.mark_compensated(coord, raised.value.saga_id, "transfer", "reversed by hand")
     assert view.step("transfer").status is StepStatus.COMPENSATED
     assert view.step("transfer").finished_at == before
