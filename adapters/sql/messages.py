@@ -4,7 +4,7 @@ first line of a driver's error (the rest is the driver's traceback of the query)
 from __future__ import annotations
 
 from saga._internal._secrets import masked as masked  # every credential form, in one place
-from saga._internal.errors import StorageError
+from saga._internal.errors import StorageError, StorageUnavailableError
 from saga._internal.ports import SagaRecord
 
 
@@ -19,3 +19,12 @@ def clash_not_found(saga: SagaRecord) -> StorageError:
     """A creation inserted nothing, yet neither its own row nor the one holding its
     (name, key) was there to read: the row was purged in between."""
     return StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
+
+
+def pool_exhausted(error: BaseException) -> StorageUnavailableError:
+    """Every connection of a pool stayed in use for its whole wait: more threads than
+    connections, or statements that take long (retried, as an unreachable database)."""
+    return StorageUnavailableError(
+        f"no free connection in saga's pool ({first_line(error)}); raise pool_size in the "
+        "database URL, or run fewer sagas at once"
+    )

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import psycopg
 from sqlalchemy import Boolean, Engine, Float, Integer, String, Table
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from saga._internal.errors import StorageError, StorageUnavailableError
@@ -31,7 +32,7 @@ from saga._internal.ports import Commit, SagaRecord, StepWrite
 
 from . import pg_load
 from . import tables as t
-from .messages import first_line
+from .messages import first_line, pool_exhausted
 from .rows import (
     EVENT_COLUMNS,
     INSTANCE_COLUMNS,
@@ -326,6 +327,8 @@ def execute_one(
         connection = engine.raw_connection()
     except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
         raise StorageUnavailableError(first_line(error)) from error
+    except PoolTimeout as error:
+        raise pool_exhausted(error) from error
     try:
         cursor = typing.cast("psycopg.Cursor[Any]", connection.cursor())  # psycopg's own
         cursor.execute(statement, params, prepare=prepare)

@@ -25,6 +25,7 @@ from saga._internal.ports import AsyncSagaStore
 from .dialect import SqlStore
 from .pg_async import PostgresAsyncStore
 from .pg_writer import PostgresHotPath
+from .pool_option import pool_option
 from .revisions import SCHEMA_LOCK_KEY
 
 PREPARE_OPTION = "prepare_threshold"
@@ -63,23 +64,38 @@ The overflow stays (10 more), so a burst beyond 15 threads waits for no one."""
 
 
 class PostgresDialect:
-    """``pool_size`` bounds each of the store's two connection pools (no overflow);
-    by default each keeps :data:`KEPT_CONNECTIONS`, plus SQLAlchemy's overflow of 10."""
+    """``pool_size`` (or the URL's ``pool_size`` option, :data:`POOL_OPTION`) bounds
+    each of the store's connection pools (no overflow); by default the two sync pools
+    keep :data:`KEPT_CONNECTIONS` each, plus SQLAlchemy's overflow of 10, and each event
+    loop's async pool opens up to ``pg_async.POOL_SIZE``."""
 
     name = "postgresql"
     # READ COMMITTED gives each statement its own snapshot: a saga row read before an
     # owner's commit and its steps read after it would describe no state that existed.
     read_isolation = "REPEATABLE READ"
 
-    def __init__(self, pool_size: int | None = None) -> None:
-        self.pool: dict[str, Any] = {"pool_size": KEPT_CONNECTIONS}
-        if pool_size is not None:
-            self.pool = {"pool_size": pool_size, "max_overflow": 0}
+    def __init__(self, pool_size: int | None = None, pool_wait: float = 30.0) -> None:
+        self.pool_size = pool_size
+        """Set here, or by the URL's option when not (read by :meth:`create_engine`)."""
+        self.pool_wait = pool_wait
+        """How long a thread waits for a free connection of a bounded pool."""
         self.connect_args: dict[str, Any] = {"connect_timeout": 5}
         """psycopg's connect arguments, from the URL (the async hot path uses them too)."""
 
+    def _options(self, url: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        """``url`` without saga's own options, psycopg's connect arguments, and the
+        pool's arguments for SQLAlchemy."""
+        url, from_url = pool_option(url)
+        if self.pool_size is None:
+            self.pool_size = from_url
+        url, connect_args = connect_options(url)
+        if self.pool_size is None:
+            return url, connect_args, {"pool_size": KEPT_CONNECTIONS}
+        bounded = {"pool_size": self.pool_size, "max_overflow": 0, "pool_timeout": self.pool_wait}
+        return url, connect_args, bounded
+
     def create_engine(self, url: str) -> Engine:
-        url, self.connect_args = connect_options(url)
+        url, self.connect_args, pool = self._options(url)
         # No pool_pre_ping: it would cost a round trip per transaction. A dead
         # connection fails the statement instead, SQLAlchemy invalidates the
         # pool, and the store's retry (which recognises its own earlier commit)
@@ -89,12 +105,12 @@ class PostgresDialect:
             # Bound values (user payloads) stay out of error messages.
             hide_parameters=True,
             connect_args=self.connect_args,
-            **self.pool,
+            **pool,
         )
 
     def hot_path(self, url: str) -> PostgresHotPath:
         """Single-statement commits on their own autocommit pool (no BEGIN/COMMIT)."""
-        url, connect_args = connect_options(url)
+        url, connect_args, pool = self._options(url)
         engine = create_engine(
             url,
             hide_parameters=True,
@@ -102,14 +118,16 @@ class PostgresDialect:
             # Autocommit connections never hold a transaction: nothing to roll back.
             pool_reset_on_return=None,
             connect_args=connect_args,
-            **self.pool,
+            **pool,
         )
         return PostgresHotPath(engine)
 
     def native_async(self, store: SqlStore) -> AsyncSagaStore:
         """Creations and commits as the hot path's statements on psycopg's async
         connections (:mod:`.pg_async`); the rest of ``store`` in worker threads."""
-        return PostgresAsyncStore(store, self.connect_args)
+        if self.pool_size is None:
+            return PostgresAsyncStore(store, self.connect_args)
+        return PostgresAsyncStore(store, self.connect_args, self.pool_size)
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.

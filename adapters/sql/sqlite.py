@@ -6,10 +6,13 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, event, func
 from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.engine import make_url
 
+from saga._internal.errors import ConfigurationError
 from saga._internal.ports import AsyncSagaStore
 
 from .dialect import SqlStore
+from .pool_option import POOL_OPTION
 from .sqlite_writer import SqliteHotPath, is_file_database
 
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -21,6 +24,11 @@ class SqliteDialect:
     read_isolation = None  # every transaction is IMMEDIATE: one writer, one snapshot
 
     def create_engine(self, url: str) -> Engine:
+        if POOL_OPTION in make_url(url).query:
+            raise ConfigurationError(
+                f"{POOL_OPTION} in the database URL applies to PostgreSQL only: SQLite opens "
+                "a file, not server connections; remove it"
+            )
         engine = create_engine(
             url,
             hide_parameters=True,

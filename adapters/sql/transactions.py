@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from saga._internal.errors import DatabaseRefusedError, StorageError, StorageUnavailableError
@@ -24,7 +25,7 @@ from saga._internal.transient import refused_for_good
 from . import revisions
 from .binding import check_session_factory
 from .dialect import Dialect
-from .messages import first_line, masked
+from .messages import first_line, masked, pool_exhausted
 from .owner_liveness import OwnerLiveness
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class SqlTransactions:
             if error.connection_invalidated:
                 raise StorageUnavailableError(f"{self.url}: {first_line(error)}") from error
             raise StorageError(f"{self.url}: {first_line(error)}") from error
+        except PoolTimeout as error:
+            raise pool_exhausted(error) from error
         except SQLAlchemyError as error:
             raise StorageError(f"{self.url}: {first_line(error)}") from error
 

@@ -1,0 +1,137 @@
+"""``pool_size`` in the database URL: the most connections each of saga's pools in one
+process opens (the store's, the hot path's, each event loop's async pool), so that a
+fleet of processes fits the server's ``max_connections``."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psycopg
+import pytest
+from saga.adapters.sql import SqlSagaStore
+from saga.adapters.sql.postgres import PostgresDialect
+
+from saga import (
+    AsyncCoordinator,
+    ConfigurationError,
+    Coordinator,
+    Saga,
+    SagaStatus,
+    StepContext,
+    StorageUnavailableError,
+)
+from tests.cli.conftest import one_error_line, run_saga
+from tests.postgres import libpq_url, with_query
+
+THREADS = 6
+"""More threads than connections: they take turns, none fails."""
+
+SAGA = Saga("pool-size-two-steps")
+
+
+@SAGA.step()
+def reserve(ctx: StepContext) -> str:
+    return f"R-{ctx.data}"
+
+
+@SAGA.step()
+def charge(ctx: StepContext) -> int:
+    return len(ctx.results["reserve"])
+
+
+def server_connections(server: str, application: str) -> int:
+    """How many server connections carry ``application`` as their application_name."""
+    with psycopg.connect(libpq_url(server), autocommit=True) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def bounded_url(pg_url: str, size: int) -> tuple[str, str]:
+    """``pg_url`` with ``pool_size`` and an application_name of its own (to count by)."""
+    application = f"pool-size-{uuid.uuid4().hex[:8]}"
+    return with_query(pg_url, pool_size=str(size), application_name=application), application
+
+
+@pytest.mark.postgres
+def test_threads_beyond_the_pool_take_turns_on_its_connections(
+    pg_url: str, postgres_server: str
+) -> None:
+    url, application = bounded_url(pg_url, 1)
+    coordinator = Coordinator(url)
+    try:
+        store = coordinator.store
+        assert isinstance(store, SqlSagaStore)
+        assert store.hot is not None
+        assert store.engine.pool.size() == 1
+        assert store.hot.engine.pool.size() == 1  # type: ignore[attr-defined]
+        with ThreadPoolExecutor(THREADS) as threads:
+            views = list(threads.map(lambda n: coordinator.run(SAGA, data=n), range(4 * THREADS)))
+        assert {view.status for view in views} == {SagaStatus.COMPLETED}
+        # One for each pool, and the liveness session that tells this process is alive.
+        assert server_connections(postgres_server, application) <= 3
+    finally:
+        coordinator.close()
+
+
+@pytest.mark.postgres
+def test_the_async_pool_of_an_event_loop_keeps_to_the_bound(
+    pg_url: str, postgres_server: str
+) -> None:
+    url, application = bounded_url(pg_url, 2)
+
+    async def main() -> tuple[set[SagaStatus], int, int]:
+        async with AsyncCoordinator(url) as coordinator:
+            views = await asyncio.gather(*(coordinator.run(SAGA, data=n) for n in range(24)))
+            size = getattr(coordinator.store, "pool_size", None)
+            return {v.status for v in views}, size, server_connections(postgres_server, application)
+
+    statuses, size, connections = asyncio.run(main())
+    assert statuses == {SagaStatus.COMPLETED}
+    assert size == 2
+    assert connections <= 2 + 2 + 2 + 1  # store, hot path, this loop's async pool, liveness
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "many"])
+def test_a_bad_pool_size_is_one_clear_error(pg_url: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        Coordinator(with_query(pg_url, pool_size=value))
+    message = str(raised.value)
+    assert f"pool_size={value!r} in the database URL" in message
+    assert "whole number of at least 1" in message
+    assert "\n" not in message
+
+
+def test_pool_size_on_sqlite_is_refused_not_ignored(sqlite_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="applies to PostgreSQL only"):
+        Coordinator(f"{sqlite_url}?pool_size=4")
+
+
+@pytest.mark.postgres
+def test_the_admin_command_says_a_bad_pool_size_in_one_line(pg_url: str, tmp_path: Path) -> None:
+    listed = run_saga("--db", with_query(pg_url, pool_size="lots"), "list", cwd=tmp_path)
+    assert listed.returncode == 2
+    assert "pool_size='lots' in the database URL" in one_error_line(listed.stderr)
+
+
+@pytest.mark.postgres
+def test_a_pool_whose_connections_all_stay_in_use_is_unavailable_storage(pg_url: str) -> None:
+    store = SqlSagaStore(pg_url, PostgresDialect(pool_size=1, pool_wait=0.01))
+    try:
+        assert store.hot is not None
+        held = store.hot.engine.raw_connection()  # type: ignore[attr-defined]
+        with pytest.raises(StorageUnavailableError, match="no free connection in saga's pool"):
+            store.hot.load(str(uuid.uuid4()))  # type: ignore[attr-defined]
+        held.close()
+        held = store.engine.raw_connection()
+        with pytest.raises(StorageUnavailableError, match="raise pool_size in the database URL"):
+            store.once(lambda connection: connection.exec_driver_sql("SELECT 1"))
+        held.close()
+    finally:
+        store.close()
