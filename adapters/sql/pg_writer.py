@@ -25,6 +25,7 @@ import psycopg
 from sqlalchemy import Boolean, Engine, Float, Integer, String, Table
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from saga._internal.errors import StorageError, StorageUnavailableError
@@ -314,6 +315,20 @@ class PostgresHotPath:
         self.engine.dispose()
 
 
+_CURSOR = "saga_cursor"
+
+
+def _cursor_of(connection: PoolProxiedConnection) -> psycopg.Cursor[Any]:
+    """The connection's own cursor, made on its first statement and reused by the
+    next (a cursor made per statement cost a quarter of the driver's client time for
+    it). Kept in the pool's ``info`` of the connection, which SQLAlchemy empties when
+    it closes or invalidates the connection."""
+    cursor = connection.info.get(_CURSOR)
+    if cursor is None:
+        cursor = connection.info[_CURSOR] = connection.cursor()  # psycopg's own
+    return typing.cast("psycopg.Cursor[Any]", cursor)
+
+
 def execute_one(
     engine: Engine, statement: str, params: dict[str, Any], prepare: bool | None = None
 ) -> Any:
@@ -330,11 +345,9 @@ def execute_one(
     except PoolTimeout as error:
         raise pool_exhausted(error) from error
     try:
-        cursor = typing.cast("psycopg.Cursor[Any]", connection.cursor())  # psycopg's own
+        cursor = _cursor_of(connection)
         cursor.execute(statement, params, prepare=prepare)
-        row = cursor.fetchone()
-        cursor.close()
-        return row
+        return cursor.fetchone()
     except (psycopg.OperationalError, psycopg.InterfaceError) as error:
         connection.invalidate()
         raise StorageUnavailableError(first_line(error)) from error
