@@ -21,10 +21,10 @@ def clash_not_found(saga: SagaRecord) -> StorageError:
     return StorageError(f"saga {saga.name!r} key {saga.key!r} clashed but was not found")
 
 
-def pool_exhausted(error: BaseException) -> StorageUnavailableError:
+def pool_exhausted(detail: str) -> StorageUnavailableError:
     """Every connection of a pool stayed in use for its whole wait: more threads than
     connections, or statements that take long (retried, as an unreachable database)."""
     return StorageUnavailableError(
-        f"no free connection in saga's pool ({first_line(error)}); raise pool_size in the "
-        "database URL, or run fewer sagas at once"
+        f"no free connection in saga's pool ({detail}); raise pool_size in the database "
+        "URL, or run fewer sagas at once"
     )

@@ -22,10 +22,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import psycopg
-from sqlalchemy import Boolean, Engine, Float, Integer, String, Table
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy import Boolean, Float, Integer, String, Table
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from saga._internal.errors import StorageError, StorageUnavailableError
@@ -33,7 +30,8 @@ from saga._internal.ports import Commit, SagaRecord, StepWrite
 
 from . import pg_load
 from . import tables as t
-from .messages import first_line, pool_exhausted
+from .messages import first_line
+from .pg_connections import BROKEN, HotConnections
 from .rows import (
     EVENT_COLUMNS,
     INSTANCE_COLUMNS,
@@ -280,78 +278,53 @@ def _update_row(write: StepWrite) -> tuple[Any, ...]:
 
 
 class PostgresHotPath:
-    """Saga creation and commits as single statements on an autocommit pool."""
+    """Saga creation and commits as single statements on autocommit connections."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, connections: HotConnections) -> None:
+        self.connections = connections
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool:
         """Insert the saga with its first commit; False when (name, key) or id clashed."""
-        return execute_one(self.engine, *create_sql(saga, first, lease_ttl)) is not None
+        return execute_one(self.connections, *create_sql(saga, first, lease_ttl)) is not None
 
     def commit(self, change: Commit) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing."""
-        row = execute_one(self.engine, *commit_sql(change))
+        row = execute_one(self.connections, *commit_sql(change))
         return None if row is None else bool(row[0])
 
     def load(self, saga_id: str) -> SagaRecord | None:
         """The saga with its steps in one statement (:mod:`.pg_load`), or None."""
-        row = execute_one(self.engine, pg_load.LOAD, {"id": saga_id})
+        row = execute_one(self.connections, pg_load.LOAD, {"id": saga_id})
         return None if row is None else pg_load.saga_of(row)
 
     def find(self, name: str, key: str) -> SagaRecord | None:
         """The saga ``name`` ran under ``key``, with its steps, in one statement."""
-        row = execute_one(self.engine, pg_load.FIND, {"name": name, "key": key})
+        row = execute_one(self.connections, pg_load.FIND, {"name": name, "key": key})
         return None if row is None else pg_load.saga_of(row)
 
     def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]:
         """What ``saga``'s creation clashed with, in one statement (as ``writes.clash``
         answers it in a transaction of four): ours (created), or the existing saga."""
-        row = execute_one(self.engine, pg_load.CLASH, pg_load.clash_params(saga))
+        row = execute_one(self.connections, pg_load.CLASH, pg_load.clash_params(saga))
         return pg_load.clashed_with(row, saga)
 
     def close(self) -> None:
-        self.engine.dispose()
-
-
-_CURSOR = "saga_cursor"
-
-
-def _cursor_of(connection: PoolProxiedConnection) -> psycopg.Cursor[Any]:
-    """The connection's own cursor, made on its first statement and reused by the
-    next (a cursor made per statement cost a quarter of the driver's client time for
-    it). Kept in the pool's ``info`` of the connection, which SQLAlchemy empties when
-    it closes or invalidates the connection."""
-    cursor = connection.info.get(_CURSOR)
-    if cursor is None:
-        cursor = connection.info[_CURSOR] = connection.cursor()  # psycopg's own
-    return typing.cast("psycopg.Cursor[Any]", cursor)
+        self.connections.close()
 
 
 def execute_one(
-    engine: Engine, statement: str, params: dict[str, Any], prepare: bool | None = None
+    connections: HotConnections, statement: str, params: dict[str, Any], prepare: bool | None = None
 ) -> Any:
-    """Run one statement on a raw psycopg connection; return its first row (or None).
-
-    ``prepare`` as psycopg takes it (None: prepared once used a few times).
-    Driver errors become saga's: a broken connection is thrown away and
-    reported as ``StorageUnavailableError`` (retried by the store).
-    """
+    """Run one statement on a connection of ``connections``; return its first row (or
+    None). ``prepare`` as psycopg takes it (None: prepared once used a few times).
+    Driver errors become saga's: a broken connection is closed and reported as
+    ``StorageUnavailableError`` (retried by the store)."""
     try:
-        connection = engine.raw_connection()
-    except (DBAPIError, psycopg.Error) as error:  # no connection to be had: server down, no db
-        raise StorageUnavailableError(first_line(error)) from error
-    except PoolTimeout as error:
-        raise pool_exhausted(error) from error
-    try:
-        cursor = _cursor_of(connection)
-        cursor.execute(statement, params, prepare=prepare)
-        return cursor.fetchone()
-    except (psycopg.OperationalError, psycopg.InterfaceError) as error:
-        connection.invalidate()
+        with connections.cursor() as cursor:
+            cursor.execute(statement, params, prepare=prepare)
+            return cursor.fetchone()
+    except BROKEN as error:
         raise StorageUnavailableError(first_line(error)) from error
     except psycopg.Error as error:
         raise StorageError(first_line(error)) from error
-    finally:
-        connection.close()

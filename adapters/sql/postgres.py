@@ -24,6 +24,7 @@ from saga._internal.ports import AsyncSagaStore
 
 from .dialect import SqlStore
 from .pg_async import PostgresAsyncStore
+from .pg_connections import HotConnections
 from .pg_writer import PostgresHotPath
 from .pool_option import pool_option
 from .revisions import SCHEMA_LOCK_KEY
@@ -62,12 +63,16 @@ its 10 overflow connections on its return, so 8 threads opened a server connecti
 (a forked process) every few sagas: 258 for a worker's 1,000 sagas at concurrency 8.
 The overflow stays (10 more), so a burst beyond 15 threads waits for no one."""
 
+OVERFLOW = 10
+"""Connections a default pool opens beyond those it keeps, for a burst (SQLAlchemy's
+default overflow; the hot path's pool allows as many)."""
+
 
 class PostgresDialect:
     """``pool_size`` (or the URL's ``pool_size`` option, :data:`POOL_OPTION`) bounds
-    each of the store's connection pools (no overflow); by default the two sync pools
-    keep :data:`KEPT_CONNECTIONS` each, plus SQLAlchemy's overflow of 10, and each event
-    loop's async pool opens up to ``pg_async.POOL_SIZE``."""
+    each of the store's connection pools (no overflow); by default the store's pool and
+    the hot path's keep :data:`KEPT_CONNECTIONS` each, plus :data:`OVERFLOW` for a
+    burst, and each event loop's async pool opens up to ``pg_async.POOL_SIZE``."""
 
     name = "postgresql"
     # READ COMMITTED gives each statement its own snapshot: a saga row read before an
@@ -90,7 +95,7 @@ class PostgresDialect:
             self.pool_size = from_url
         url, connect_args = connect_options(url)
         if self.pool_size is None:
-            return url, connect_args, {"pool_size": KEPT_CONNECTIONS}
+            return url, connect_args, {"pool_size": KEPT_CONNECTIONS, "max_overflow": OVERFLOW}
         bounded = {"pool_size": self.pool_size, "max_overflow": 0, "pool_timeout": self.pool_wait}
         return url, connect_args, bounded
 
@@ -109,18 +114,14 @@ class PostgresDialect:
         )
 
     def hot_path(self, url: str) -> PostgresHotPath:
-        """Single-statement commits on their own autocommit pool (no BEGIN/COMMIT)."""
-        url, connect_args, pool = self._options(url)
-        engine = create_engine(
-            url,
-            hide_parameters=True,
-            isolation_level="AUTOCOMMIT",
-            # Autocommit connections never hold a transaction: nothing to roll back.
-            pool_reset_on_return=None,
-            connect_args=connect_args,
-            **pool,
-        )
-        return PostgresHotPath(engine)
+        """Single-statement commits on autocommit connections of their own (no
+        BEGIN/COMMIT), bounded as the store's pool is."""
+        url, connect_args, _ = self._options(url)
+        conninfo = make_url(url).set(drivername="postgresql").render_as_string(False)
+        keep, most = (KEPT_CONNECTIONS, KEPT_CONNECTIONS + OVERFLOW)
+        if self.pool_size is not None:
+            keep = most = self.pool_size
+        return PostgresHotPath(HotConnections(conninfo, connect_args, keep, most, self.pool_wait))
 
     def native_async(self, store: SqlStore) -> AsyncSagaStore:
         """Creations and commits as the hot path's statements on psycopg's async

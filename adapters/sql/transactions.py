@@ -74,7 +74,7 @@ class SqlTransactions:
                 raise StorageUnavailableError(f"{self.url}: {first_line(error)}") from error
             raise StorageError(f"{self.url}: {first_line(error)}") from error
         except PoolTimeout as error:
-            raise pool_exhausted(error) from error
+            raise pool_exhausted(first_line(error)) from error
         except SQLAlchemyError as error:
             raise StorageError(f"{self.url}: {first_line(error)}") from error
 

@@ -7,6 +7,8 @@ process on the server) every few sagas: 25 and 35 for these 200, before the chan
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from saga.adapters.sql import tables
@@ -40,20 +42,18 @@ def three(ctx: StepContext) -> int:
     return 3
 
 
-def _counting(coord: Coordinator) -> dict[str, list[int]]:
-    """From now on, a mark for each connection either pool of ``coord`` opens."""
+Opened = Callable[[], dict[str, int]]
+
+
+def _counting(coord: Coordinator) -> Opened:
+    """From now on, how many connections each pool of ``coord`` opens."""
     store = sql_store(coord)
-    assert store.hot is not None
-    counted: dict[str, list[int]] = {}
-    for pool, engine in {"store": store.engine, "hot path": store.hot.engine}.items():
-        engine.dispose()
-        counted[pool] = marks = []
-        event.listen(engine, "connect", lambda *_, marks=marks: marks.append(1))
-    return counted
-
-
-def _opened(counted: dict[str, list[int]]) -> dict[str, int]:
-    return {pool: len(marks) for pool, marks in counted.items()}
+    store.engine.dispose()
+    marks: list[int] = []
+    event.listen(store.engine, "connect", lambda *_: marks.append(1))
+    hot: Any = store.hot
+    before = hot.connections.opened
+    return lambda: {"store": len(marks), "hot path": hot.connections.opened - before}
 
 
 def test_a_worker_at_concurrency_eight_reuses_its_connections(pg_url: str) -> None:
@@ -76,5 +76,5 @@ def test_a_worker_at_concurrency_eight_reuses_its_connections(pg_url: str) -> No
 
         admin.run_worker(worker, stop, interval=0.05, concurrency=THREADS, log=log, stats=stats)
         assert (stats.recovered, stats.errors) == (STUCK, 0)
-    opened = _opened(counted)
+    opened = counted()
     assert all(n <= THREADS for n in opened.values()), opened
