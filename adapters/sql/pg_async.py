@@ -30,7 +30,7 @@ from saga._internal.ports import Commit, SagaRecord
 from ..threaded_async import ThreadedAsyncStore
 from . import pg_load
 from .dialect import SqlStore
-from .messages import first_line
+from .messages import first_line, pool_exhausted
 from .pg_writer import commit_sql, create_sql
 from .writes import landed
 
@@ -44,16 +44,23 @@ class _Pool:
     each lent with a cursor of its own that every statement on it reuses (a cursor
     made per statement cost a quarter of the driver's client time for it)."""
 
-    def __init__(self, conninfo: str, size: int, connect_args: dict[str, Any]) -> None:
+    def __init__(self, conninfo: str, size: int, connect_args: dict[str, Any], wait: float) -> None:
         self.conninfo = conninfo
         self.connect_args = connect_args
         self.loop = asyncio.get_running_loop()
         self.idle: list[psycopg.AsyncCursor[Any]] = []
+        self.size, self.wait = size, wait
         self.slots = asyncio.Semaphore(size)
 
     @contextlib.asynccontextmanager
     async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
-        async with self.slots:
+        """A connection's cursor for one statement; ``StorageUnavailableError`` when none
+        was free within ``wait`` seconds, as the sync hot path's pool says it."""
+        try:
+            await asyncio.wait_for(self.slots.acquire(), self.wait)
+        except TimeoutError:
+            raise pool_exhausted(f"{self.size} in use for {self.wait:g} s") from None
+        try:
             cursor = self.idle.pop() if self.idle else (await self._connect()).cursor()
             try:
                 yield cursor
@@ -61,6 +68,8 @@ class _Pool:
                 await _close(cursor.connection)
                 raise
             self.idle.append(cursor)
+        finally:
+            self.slots.release()
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
@@ -91,7 +100,11 @@ class PostgresAsyncStore(ThreadedAsyncStore):
     """``ThreadedAsyncStore`` whose creations and commits are native async statements."""
 
     def __init__(
-        self, store: SqlStore, connect_args: dict[str, Any], pool_size: int = POOL_SIZE
+        self,
+        store: SqlStore,
+        connect_args: dict[str, Any],
+        pool_size: int = POOL_SIZE,
+        pool_wait: float = 30.0,
     ) -> None:
         """``connect_args``: the sync store's (connect_timeout, and prepare_threshold
         from the URL), so that both sides connect alike."""
@@ -100,7 +113,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         url = store.engine.url.set(drivername="postgresql")
         self.conninfo = url.render_as_string(hide_password=False)
         self.connect_args = dict(connect_args)
-        self.pool_size = pool_size
+        self.pool_size, self.pool_wait = pool_size, pool_wait
         self._pool: _Pool | None = None
 
     async def create(
@@ -173,7 +186,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         if self._pool is None or self._pool.loop is not loop:
             if self._pool is not None:
                 self._pool.abandon()
-            self._pool = _Pool(self.conninfo, self.pool_size, self.connect_args)
+            self._pool = _Pool(self.conninfo, self.pool_size, self.connect_args, self.pool_wait)
         return self._pool
 
     async def _retried(self, work: Callable[[], Awaitable[T]]) -> T:

@@ -127,8 +127,8 @@ class PostgresDialect:
         """Creations and commits as the hot path's statements on psycopg's async
         connections (:mod:`.pg_async`); the rest of ``store`` in worker threads."""
         if self.pool_size is None:
-            return PostgresAsyncStore(store, self.connect_args)
-        return PostgresAsyncStore(store, self.connect_args, self.pool_size)
+            return PostgresAsyncStore(store, self.connect_args, pool_wait=self.pool_wait)
+        return PostgresAsyncStore(store, self.connect_args, self.pool_size, self.pool_wait)
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.

@@ -13,6 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from saga.adapters.sql import SqlSagaStore
+from saga.adapters.sql.pg_async import PostgresAsyncStore
 from saga.adapters.sql.postgres import PostgresDialect
 
 from saga import (
@@ -134,5 +135,27 @@ def test_a_pool_whose_connections_all_stay_in_use_is_unavailable_storage(pg_url:
         with pytest.raises(StorageUnavailableError, match="raise pool_size in the database URL"):
             store.once(lambda connection: connection.exec_driver_sql("SELECT 1"))
         held.close()
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_an_async_pool_whose_connections_all_stay_in_use_is_unavailable_storage(
+    pg_url: str,
+) -> None:
+    store = SqlSagaStore(pg_url, PostgresDialect())
+    native = PostgresAsyncStore(store, {}, pool_size=1, pool_wait=0.01)
+
+    async def main() -> None:
+        pool = native._here()
+        full = pytest.raises(StorageUnavailableError, match="no free connection in saga's")
+        async with pool.cursor():  # the only connection, held
+            with full:
+                await native._execute("SELECT 1", {})
+        assert await native._execute("SELECT 1", {}) == (1,)  # free again
+        await native.close()
+
+    try:
+        asyncio.run(main())
     finally:
         store.close()
