@@ -78,8 +78,12 @@ class HotConnections:
 
     def forget(self) -> None:
         """Drop the idle connections without closing them: in a forked child they are
-        the parent's sockets, which the parent goes on using."""
+        the parent's sockets, which the parent goes on using. The slots and the lock
+        are made anew: the parent's threads that held them at the fork are not here to
+        give them back."""
         self._idle = []
+        self._slots = threading.BoundedSemaphore(self.most)
+        self._counting = threading.Lock()
 
     def _take(self) -> Lent:
         try:

@@ -70,3 +70,20 @@ def test_after_close_the_pool_opens_connections_again(hot: Any) -> None:
     assert lent.connection.closed  # closed as it came back, not kept
     assert hot.load(str(uuid.uuid4())) is None
     assert hot.connections.opened == 2
+
+
+def test_a_child_forked_while_every_connection_is_in_use_has_its_own(pg_url: str) -> None:
+    store = SqlSagaStore(pg_url, PostgresDialect(pool_size=1, pool_wait=0.5))
+    try:
+        hot: Any = store.hot
+        with hot.connections.cursor():  # the parent's only connection, in use at the fork
+            child = os.fork()
+            if child == 0:  # pragma: no cover - the child reports through its exit code
+                try:
+                    os._exit(0 if execute_one(hot.connections, "SELECT 1", {}) == (1,) else 3)
+                except BaseException:  # noqa: BLE001 - the pool stayed full: a failure
+                    os._exit(4)
+            _, status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        store.close()
