@@ -56,10 +56,7 @@ class _Pool:
     async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
         """A connection's cursor for one statement; ``StorageUnavailableError`` when none
         was free within ``wait`` seconds, as the sync hot path's pool says it."""
-        try:
-            await asyncio.wait_for(self.slots.acquire(), self.wait)
-        except TimeoutError:
-            raise pool_exhausted(f"{self.size} in use for {self.wait:g} s") from None
+        await self._slot()
         try:
             cursor = self.idle.pop() if self.idle else (await self._connect()).cursor()
             try:
@@ -70,6 +67,19 @@ class _Pool:
             self.idle.append(cursor)
         finally:
             self.slots.release()
+
+    async def _slot(self) -> None:
+        """Take a slot, waiting at most ``wait`` seconds for one: under a timeout scope,
+        not ``wait_for``, whose task and future per statement cost about 5 % of the
+        event loop's time with 256 sagas in flight."""
+        if not self.slots.locked():  # acquire does not suspend: no timer to set
+            await self.slots.acquire()
+            return
+        try:
+            async with asyncio.timeout(self.wait):
+                await self.slots.acquire()
+        except TimeoutError:
+            raise pool_exhausted(f"{self.size} in use for {self.wait:g} s") from None
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
