@@ -9,7 +9,7 @@ with ``--small`` and with ``--large`` sagas; the difference over the difference 
 sagas is its instructions per saga, start-up and imports cancelled out. The server's
 work is not counted (it is another process), nor is waiting.
 
-    python -m benchmarks.instructions OLD NEW [--workload w1|w4] [--backend sqlite|postgresql]
+    python -m benchmarks.instructions OLD NEW [--workload w1|w4|async] [--backend sqlite|postgresql]
 
 OLD and NEW are builds as ``benchmarks.ab`` takes them (``pip install --no-deps
 --target DIR .``). Needs valgrind (Debian: ``apt-get install valgrind``). The two
@@ -41,10 +41,22 @@ import saga
 from benchmarks.common import WORKLOADS, measure
 from benchmarks.saga_bench import SagaSystem
 print(Path(saga.__file__).resolve())  # the parent checks that the build was counted
-workload = next(w for w in WORKLOADS if w.key == sys.argv[3])
-system = SagaSystem(sys.argv[1], sys.argv[2])
-measure(system.caller(workload), int(sys.argv[4]))
-system.close()
+if sys.argv[3] == "async":  # AsyncCoordinator, 3-step sagas from 256 tasks at once
+    import asyncio
+    from benchmarks.async_wide import TASKS, async_saga
+    async def main(url, n):
+        definition = async_saga("instructions-async")
+        async with saga.AsyncCoordinator(url) as coord:
+            async def caller(count):
+                for _ in range(count):
+                    await coord.run(definition)
+            await asyncio.gather(*(caller(n // TASKS) for _ in range(TASKS)))
+    asyncio.run(main(sys.argv[1], int(sys.argv[4])))
+else:
+    workload = next(w for w in WORKLOADS if w.key == sys.argv[3])
+    system = SagaSystem(sys.argv[1], sys.argv[2])
+    measure(system.caller(workload), int(sys.argv[4]))
+    system.close()
 """
 _TOTAL = re.compile(r"refs:\s+([\d,]+)")
 
@@ -82,7 +94,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("old")
     parser.add_argument("new")
-    parser.add_argument("--workload", default="w1", help="w1 (default), w2, w3, w4, w5")
+    parser.add_argument(
+        "--workload",
+        default="w1",
+        help="w1 (default), w2, w3, w4, w5, or async: AsyncCoordinator with 256 sagas in "
+        "flight (give --small and --large as multiples of 256)",
+    )
     parser.add_argument("--backend", default="postgresql", choices=["postgresql", "sqlite"])
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
     parser.add_argument("--small", type=int, default=50)
