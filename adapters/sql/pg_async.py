@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import psycopg
@@ -52,19 +52,27 @@ class _Pool:
         self.size, self.wait = size, wait
         self.slots = asyncio.Semaphore(size)
 
-    @contextlib.asynccontextmanager
-    async def cursor(self) -> AsyncIterator[psycopg.AsyncCursor[Any]]:
-        """A connection's cursor for one statement; ``StorageUnavailableError`` when none
-        was free within ``wait`` seconds, as the sync hot path's pool says it."""
+    async def lend(self) -> psycopg.AsyncCursor[Any]:
+        """A connection's cursor, to be given back (:meth:`give_back`, or :meth:`discard`
+        when its statement failed); ``StorageUnavailableError`` when none was free within
+        ``wait`` seconds, as the sync hot path's pool says it. Not a context manager on
+        the hot path: its generator and object per statement cost more than the rest."""
         await self._slot()
         try:
-            cursor = self.idle.pop() if self.idle else (await self._connect()).cursor()
-            try:
-                yield cursor
-            except BaseException:  # broken, or interrupted mid-statement: never reused
-                await _close(cursor.connection)
-                raise
-            self.idle.append(cursor)
+            return self.idle.pop() if self.idle else (await self._connect()).cursor()
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def give_back(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+        self.idle.append(cursor)
+        self.slots.release()
+
+    async def discard(self, cursor: psycopg.AsyncCursor[Any]) -> None:
+        """A cursor whose statement failed or was interrupted: its connection is never
+        reused (broken, or mid-statement)."""
+        try:
+            await _close(cursor.connection)
         finally:
             self.slots.release()
 
@@ -181,14 +189,20 @@ class PostgresAsyncStore(ThreadedAsyncStore):
     ) -> Any:
         """Run one statement; its first row (or None). Driver errors become saga's.
         ``prepare`` as psycopg takes it (:func:`.pg_writer.prepared`)."""
-        async with self._here().cursor() as cursor:
-            try:
-                await cursor.execute(statement, params, prepare=prepare)
-                return await cursor.fetchone()
-            except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+        pool = self._here()
+        cursor = await pool.lend()
+        try:
+            await cursor.execute(statement, params, prepare=prepare)
+            row = await cursor.fetchone()
+        except BaseException as error:
+            await pool.discard(cursor)
+            if isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)):
                 raise StorageUnavailableError(first_line(error)) from error
-            except psycopg.Error as error:
+            if isinstance(error, psycopg.Error):
                 raise StorageError(first_line(error)) from error
+            raise
+        pool.give_back(cursor)
+        return row
 
     def _here(self) -> _Pool:
         """The pool of the running event loop (a coordinator may outlive a loop)."""

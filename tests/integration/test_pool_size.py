@@ -149,9 +149,10 @@ def test_an_async_pool_whose_connections_all_stay_in_use_is_unavailable_storage(
     async def main() -> None:
         pool = native._here()
         full = pytest.raises(StorageUnavailableError, match="no free connection in saga's")
-        async with pool.cursor():  # the only connection, held
-            with full:
-                await native._execute("SELECT 1", {})
+        held = await pool.lend()  # the only connection
+        with full:
+            await native._execute("SELECT 1", {})
+        pool.give_back(held)
         assert await native._execute("SELECT 1", {}) == (1,)  # free again
         await native.close()
 
@@ -159,3 +160,42 @@ def test_an_async_pool_whose_connections_all_stay_in_use_is_unavailable_storage(
         asyncio.run(main())
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_an_async_statement_cancelled_midway_never_lends_its_connection_again(
+    pg_url: str,
+) -> None:
+    """A task cancelled while its statement runs leaves its connection mid-statement: the
+    pool closes it and frees the slot, and the next statement gets a new connection."""
+    store = SqlSagaStore(pg_url, PostgresDialect())
+    native = PostgresAsyncStore(store, {}, pool_size=1)
+    marker = f"pool-size-cancelled-{uuid.uuid4().hex[:8]}"
+    sleeping_sql = f"SELECT pg_sleep(30) -- {marker}"
+
+    async def main() -> None:
+        sleeping = asyncio.create_task(native._execute(sleeping_sql, {}))
+        with psycopg.connect(libpq_url(pg_url), autocommit=True) as watcher:
+            pid = await _backend_running(watcher, marker)
+            sleeping.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await sleeping
+            assert native._here().idle == []  # closed, not kept
+            assert await native._execute("SELECT pg_backend_pid()", {}) != (pid,)
+        await native.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        store.close()
+
+
+async def _backend_running(watcher: psycopg.Connection[Any], marker: str) -> int:
+    """The pid of the server backend running the statement tagged ``marker``, once it
+    runs (read from pg_stat_activity: the statement is on the server, not just sent)."""
+    query = "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s"
+    while True:
+        row = watcher.execute(query, (f"%{marker}%",)).fetchone()
+        if row is not None and row[0] != watcher.info.backend_pid:
+            return int(row[0])
+        await asyncio.sleep(0.01)
