@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     ColumnElement,
@@ -26,7 +26,7 @@ from .dialect import SqlStore
 from .pg_async import PostgresAsyncStore
 from .pg_connections import HotConnections
 from .pg_writer import PostgresHotPath
-from .pool_option import pool_option
+from .pool_option import DEFAULT_WAIT, PoolOptions, pool_options
 from .revisions import SCHEMA_LOCK_KEY
 
 PREPARE_OPTION = "prepare_threshold"
@@ -57,78 +57,101 @@ def connect_options(url: str) -> tuple[str, dict[str, Any]]:
 
 
 KEPT_CONNECTIONS = 15
-"""Connections each pool keeps once opened (it opens them only as needed): as many
-as a worker's threads use at once. SQLAlchemy's default keeps 5 and closes each of
-its 10 overflow connections on its return, so 8 threads opened a server connection
-(a forked process) every few sagas: 258 for a worker's 1,000 sagas at concurrency 8.
-The overflow stays (10 more), so a burst beyond 15 threads waits for no one."""
+"""Connections each pool keeps once opened (it opens them only as needed): as many as
+a worker's threads use at once, so that they are not closed and opened again (a
+forked server process each) between one saga and the next."""
 
 OVERFLOW = 10
 """Connections a default pool opens beyond those it keeps, for a burst (SQLAlchemy's
 default overflow; the hot path's pool allows as many)."""
 
 
+class _Settings(NamedTuple):
+    """A URL's connection settings, as the store's pools use them."""
+
+    source: str
+    """The URL as given."""
+    url: str
+    """Without saga's own options."""
+    connect_args: dict[str, Any]
+    size: int | None
+    wait: float
+
+
+def _settings(url: str, given: PoolOptions) -> _Settings:
+    stripped, from_url = pool_options(url)
+    stripped, connect_args = connect_options(stripped)
+    size = given.size if given.size is not None else from_url.size
+    wait = next((w for w in (given.wait, from_url.wait) if w is not None), DEFAULT_WAIT)
+    return _Settings(url, stripped, connect_args, size, wait)
+
+
 class PostgresDialect:
-    """``pool_size`` (or the URL's ``pool_size`` option, :data:`POOL_OPTION`) bounds
-    each of the store's connection pools (no overflow); by default the store's pool and
-    the hot path's keep :data:`KEPT_CONNECTIONS` each, plus :data:`OVERFLOW` for a
-    burst, and each event loop's async pool opens up to ``pg_async.POOL_SIZE``."""
+    """``pool_size`` (or the URL's ``pool_size`` option, :data:`.pool_option.POOL_OPTION`)
+    bounds each of the store's connection pools (no overflow); by default the store's
+    pool and the hot path's keep :data:`KEPT_CONNECTIONS` each, plus :data:`OVERFLOW` for
+    a burst, and each event loop's async pool opens up to ``pg_async.POOL_SIZE``.
+    ``pool_wait`` (or the URL's ``pool_wait``) is how long a thread or task waits for a
+    free connection of a full pool. Given here, either wins over the URL's."""
 
     name = "postgresql"
     # READ COMMITTED gives each statement its own snapshot: a saga row read before an
     # owner's commit and its steps read after it would describe no state that existed.
     read_isolation = "REPEATABLE READ"
 
-    def __init__(self, pool_size: int | None = None, pool_wait: float = 30.0) -> None:
-        self.pool_size = pool_size
-        """Set here, or by the URL's option when not (read by :meth:`create_engine`)."""
-        self.pool_wait = pool_wait
-        """How long a thread waits for a free connection of a bounded pool."""
-        self.connect_args: dict[str, Any] = {"connect_timeout": 5}
-        """psycopg's connect arguments, from the URL (the async hot path uses them too)."""
+    def __init__(self, pool_size: int | None = None, pool_wait: float | None = None) -> None:
+        self.given = PoolOptions(pool_size, pool_wait)
+        self._read: _Settings | None = None
 
-    def _options(self, url: str) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        """``url`` without saga's own options, psycopg's connect arguments, and the
-        pool's arguments for SQLAlchemy."""
-        url, from_url = pool_option(url)
-        if self.pool_size is None:
-            self.pool_size = from_url
-        url, connect_args = connect_options(url)
-        if self.pool_size is None:
-            return url, connect_args, {"pool_size": KEPT_CONNECTIONS, "max_overflow": OVERFLOW}
-        bounded = {"pool_size": self.pool_size, "max_overflow": 0, "pool_timeout": self.pool_wait}
-        return url, connect_args, bounded
+    def settings(self, url: str) -> _Settings:
+        """``url``'s settings, read once: the store, its hot path and its async pools
+        all ask for them."""
+        if self._read is None or self._read.source != url:
+            self._read = _settings(url, self.given)
+        return self._read
+
+    @property
+    def connect_args(self) -> dict[str, Any]:
+        """psycopg's connect arguments, from the URL the store was made with."""
+        return {"connect_timeout": 5} if self._read is None else self._read.connect_args
 
     def create_engine(self, url: str) -> Engine:
-        url, self.connect_args, pool = self._options(url)
+        settings = self.settings(url)
+        pool: dict[str, Any] = {"pool_size": KEPT_CONNECTIONS, "max_overflow": OVERFLOW}
+        if settings.size is not None:
+            pool = {"pool_size": settings.size, "max_overflow": 0}
         # No pool_pre_ping: it would cost a round trip per transaction. A dead
         # connection fails the statement instead, SQLAlchemy invalidates the
         # pool, and the store's retry (which recognises its own earlier commit)
         # runs it again on a fresh connection.
         return create_engine(
-            url,
+            settings.url,
             # Bound values (user payloads) stay out of error messages.
             hide_parameters=True,
-            connect_args=self.connect_args,
+            connect_args=settings.connect_args,
+            pool_timeout=settings.wait,
             **pool,
         )
 
     def hot_path(self, url: str) -> PostgresHotPath:
         """Single-statement commits on autocommit connections of their own (no
         BEGIN/COMMIT), bounded as the store's pool is."""
-        url, connect_args, _ = self._options(url)
-        conninfo = make_url(url).set(drivername="postgresql").render_as_string(False)
+        settings = self.settings(url)
+        conninfo = make_url(settings.url).set(drivername="postgresql").render_as_string(False)
         keep, most = (KEPT_CONNECTIONS, KEPT_CONNECTIONS + OVERFLOW)
-        if self.pool_size is not None:
-            keep = most = self.pool_size
-        return PostgresHotPath(HotConnections(conninfo, connect_args, keep, most, self.pool_wait))
+        if settings.size is not None:
+            keep = most = settings.size
+        connections = HotConnections(conninfo, settings.connect_args, keep, most, settings.wait)
+        return PostgresHotPath(connections)
 
     def native_async(self, store: SqlStore) -> AsyncSagaStore:
         """Creations and commits as the hot path's statements on psycopg's async
         connections (:mod:`.pg_async`); the rest of ``store`` in worker threads."""
-        if self.pool_size is None:
-            return PostgresAsyncStore(store, self.connect_args, pool_wait=self.pool_wait)
-        return PostgresAsyncStore(store, self.connect_args, self.pool_size, self.pool_wait)
+        assert self._read is not None, "the store's engine is made first"
+        size, wait = self._read.size, self._read.wait
+        if size is None:
+            return PostgresAsyncStore(store, self._read.connect_args, pool_wait=wait)
+        return PostgresAsyncStore(store, self._read.connect_args, size, wait)
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.

@@ -12,7 +12,7 @@ from saga._internal.errors import ConfigurationError
 from saga._internal.ports import AsyncSagaStore
 
 from .dialect import SqlStore
-from .pool_option import POOL_OPTION
+from .pool_option import OPTIONS
 from .sqlite_writer import SqliteHotPath, is_file_database
 
 BUSY_TIMEOUT_SECONDS = 30.0
@@ -24,9 +24,10 @@ class SqliteDialect:
     read_isolation = None  # every transaction is IMMEDIATE: one writer, one snapshot
 
     def create_engine(self, url: str) -> Engine:
-        if POOL_OPTION in make_url(url).query:
+        given = [option for option in OPTIONS if option in make_url(url).query]
+        if given:
             raise ConfigurationError(
-                f"{POOL_OPTION} in the database URL applies to PostgreSQL only: SQLite opens "
+                f"{given[0]} in the database URL applies to PostgreSQL only: SQLite opens "
                 "a file, not server connections; remove it"
             )
         engine = create_engine(

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from saga.adapters.sql import SqlSagaStore
 from saga.adapters.sql.pg_async import PostgresAsyncStore
+from saga.adapters.sql.pg_writer import execute_one
 from saga.adapters.sql.postgres import PostgresDialect
 
 from saga import (
@@ -199,3 +200,63 @@ async def _backend_running(watcher: psycopg.Connection[Any], marker: str) -> int
         if row is not None and row[0] != watcher.info.backend_pid:
             return int(row[0])
         await asyncio.sleep(0.01)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan"])
+def test_a_bad_pool_wait_is_one_clear_error(pg_url: str, value: str) -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        Coordinator(with_query(pg_url, pool_wait=value))
+    message = str(raised.value)
+    assert f"pool_wait={value!r} in the database URL" in message
+    assert "number of seconds (0 or more)" in message
+    assert "\n" not in message
+
+
+def test_pool_wait_on_sqlite_is_refused_not_ignored(sqlite_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="pool_wait in the database URL applies to"):
+        Coordinator(f"{sqlite_url}?pool_wait=5")
+
+
+@pytest.mark.postgres
+def test_pool_wait_in_the_url_is_how_long_each_pool_waits(pg_url: str) -> None:
+    """With ``pool_wait=0.01`` every pool of the store gives up on a full pool after
+    0.01 s, and says so; libpq never sees the option (the connections open)."""
+    store = SqlSagaStore(with_query(pg_url, pool_size="1", pool_wait="0.01"), PostgresDialect())
+    native = store.native_async()
+    try:
+        hot: Any = store.hot
+        with hot.connections.cursor(), pytest.raises(StorageUnavailableError) as hot_full:
+            hot.load(str(uuid.uuid4()))
+        assert "1 in use for 0.01 s" in str(hot_full.value)
+        held = store.engine.raw_connection()
+        with pytest.raises(StorageUnavailableError) as store_full:
+            store.once(lambda connection: connection.exec_driver_sql("SELECT 1"))
+        assert "timeout 0.01" in str(store_full.value)
+        held.close()
+        assert isinstance(native, PostgresAsyncStore)
+
+        async def main() -> None:
+            pool = native._here()
+            lent = await pool.lend()  # the only connection
+            with pytest.raises(StorageUnavailableError) as async_full:
+                await native._execute("SELECT 1", {})
+            assert "1 in use for 0.01 s" in str(async_full.value)
+            pool.give_back(lent)
+            await native.close()
+
+        asyncio.run(main())
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_pool_wait_zero_gives_up_at_once_on_a_full_pool(pg_url: str) -> None:
+    store = SqlSagaStore(with_query(pg_url, pool_size="1", pool_wait="0"), PostgresDialect())
+    try:
+        hot: Any = store.hot
+        assert execute_one(hot.connections, "SELECT 1", {}) == (1,)  # free: taken at once
+        with hot.connections.cursor(), pytest.raises(StorageUnavailableError, match="for 0 s"):
+            execute_one(hot.connections, "SELECT 1", {})
+    finally:
+        store.close()
