@@ -100,20 +100,32 @@ def test_the_async_pool_of_an_event_loop_keeps_to_the_bound(
     assert connections <= 2 + 2 + 2 + 1  # store, hot path, this loop's async pool, liveness
 
 
+BAD_VALUES = [
+    *(("pool_size", value, "whole number of at least 1") for value in ("0", "-1", "1.5", "many")),
+    *(
+        ("pool_wait", value, "number of seconds (0 or more)")
+        for value in ("-1", "soon", "inf", "nan")
+    ),
+]
+
+
 @pytest.mark.postgres
-@pytest.mark.parametrize("value", ["0", "-1", "1.5", "many"])
-def test_a_bad_pool_size_is_one_clear_error(pg_url: str, value: str) -> None:
+@pytest.mark.parametrize(("option", "value", "wanted"), BAD_VALUES)
+def test_a_bad_pool_option_is_one_clear_error(
+    pg_url: str, option: str, value: str, wanted: str
+) -> None:
     with pytest.raises(ConfigurationError) as raised:
-        Coordinator(with_query(pg_url, pool_size=value))
+        Coordinator(with_query(pg_url, **{option: value}))
     message = str(raised.value)
-    assert f"pool_size={value!r} in the database URL" in message
-    assert "whole number of at least 1" in message
+    assert f"{option}={value!r} in the database URL" in message
+    assert wanted in message
     assert "\n" not in message
 
 
-def test_pool_size_on_sqlite_is_refused_not_ignored(sqlite_url: str) -> None:
-    with pytest.raises(ConfigurationError, match="applies to PostgreSQL only"):
-        Coordinator(f"{sqlite_url}?pool_size=4")
+@pytest.mark.parametrize("option", ["pool_size", "pool_wait"])
+def test_a_pool_option_on_sqlite_is_refused_not_ignored(sqlite_url: str, option: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{option} in the database URL applies to Post"):
+        Coordinator(f"{sqlite_url}?{option}=4")
 
 
 @pytest.mark.postgres
@@ -200,22 +212,6 @@ async def _backend_running(watcher: psycopg.Connection[Any], marker: str) -> int
         if row is not None and row[0] != watcher.info.backend_pid:
             return int(row[0])
         await asyncio.sleep(0.01)
-
-
-@pytest.mark.postgres
-@pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan"])
-def test_a_bad_pool_wait_is_one_clear_error(pg_url: str, value: str) -> None:
-    with pytest.raises(ConfigurationError) as raised:
-        Coordinator(with_query(pg_url, pool_wait=value))
-    message = str(raised.value)
-    assert f"pool_wait={value!r} in the database URL" in message
-    assert "number of seconds (0 or more)" in message
-    assert "\n" not in message
-
-
-def test_pool_wait_on_sqlite_is_refused_not_ignored(sqlite_url: str) -> None:
-    with pytest.raises(ConfigurationError, match="pool_wait in the database URL applies to"):
-        Coordinator(f"{sqlite_url}?pool_wait=5")
 
 
 @pytest.mark.postgres
