@@ -7,11 +7,13 @@ Not a test: it prints figures (docs/performance.md, "Where the time goes").
   saga, its SQL adapters, psycopg, SQLAlchemy, the standard library. Time spent
   waiting for the server (the driver's wait on its socket) is reported apart.
 * **Client CPU against the floor**: ``resource.getrusage`` of this process over ``n``
-  sagas, and over the raw-psycopg floor doing the same n+1 single-row commits.
+  sagas, and over the raw-psycopg floor doing the same n+1 single-row commits, in
+  ``--turns`` alternating turns of ``n / turns`` each (the machine's speed drifts: each
+  turn's ratio compares two measurements a moment apart); the median of the turns.
 * **Server cost**: WAL bytes (``pg_current_wal_lsn()`` deltas) per saga, saga's and
   the floor's, and the table + index bytes a finished saga occupies.
 
-    python -m benchmarks.where_time_goes [--postgres URL] [--n 2000]
+    python -m benchmarks.where_time_goes [--postgres URL] [--n 2000] [--turns 5]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import cProfile
 import pstats
 import resource
+import statistics
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,31 +136,37 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
     parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--turns", type=int, default=5)
     args = parser.parse_args()
-    with dedicated_database(args.postgres, "where_saga") as saga_url:
-        system = SagaSystem(saga_url, "postgresql")
+    with (
+        dedicated_database(args.postgres, "where_saga") as saga_url,
+        dedicated_database(args.postgres, "where_floor") as floor_url,
+    ):
+        system, floor = SagaSystem(saga_url, "postgresql"), FloorSystem(floor_url, "postgresql")
         try:
-            call = system.caller(W1)
+            call, floor_call = system.caller(W1), floor.caller(W1)
             measure(call, 50)  # warm: connections, prepared statements
+            measure(floor_call, 50)
             layers, waiting, rest = by_layer(call, args.n // 4)
-            saga_cpu = cpu_per_saga(call, args.n)
+            turn = max(1, args.n // args.turns)
+            spent = [
+                (cpu_per_saga(call, turn), cpu_per_saga(floor_call, turn))
+                for _ in range(args.turns)
+            ]
             saga_wal = wal_per_saga(saga_url, call, args.n // 4)
             wal_shares = wal_by_relation(saga_url, call, args.n // 4)
-        finally:
-            system.close()
-        table_bytes, sagas = bytes_per_saga(saga_url)
-    with dedicated_database(args.postgres, "where_floor") as floor_url:
-        floor = FloorSystem(floor_url, "postgresql")
-        try:
-            floor_call = floor.caller(W1)
-            measure(floor_call, 50)
-            floor_cpu = cpu_per_saga(floor_call, args.n)
             floor_wal = wal_per_saga(floor_url, floor_call, args.n // 4)
         finally:
+            system.close()
             floor.close()
+        table_bytes, sagas = bytes_per_saga(saga_url)
+    saga_cpu = statistics.median(mine for mine, _ in spent)
+    floor_cpu = statistics.median(theirs for _, theirs in spent)
+    ratio = statistics.median(mine / theirs for mine, theirs in spent)
     print(
         f"client CPU per 3-step saga: saga {saga_cpu * 1e3:.3f} ms, floor (n+1 commits)"
-        f" {floor_cpu * 1e3:.3f} ms: {saga_cpu / floor_cpu:.2f}x"
+        f" {floor_cpu * 1e3:.3f} ms: {ratio:.2f}x (median of {args.turns} alternating turns;"
+        f" turns {min(m / t for m, t in spent):.2f}-{max(m / t for m, t in spent):.2f}x)"
     )
     print(
         f"WAL per saga: saga {saga_wal:,.0f} bytes, floor {floor_wal:,.0f} bytes:"
