@@ -32,6 +32,7 @@ from . import pg_load
 from .dialect import SqlStore
 from .messages import first_line, pool_exhausted
 from .pg_writer import commit_sql, create_sql
+from .pool_option import DEFAULT_WAIT
 from .writes import landed
 
 T = TypeVar("T")
@@ -122,7 +123,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         store: SqlStore,
         connect_args: dict[str, Any],
         pool_size: int = POOL_SIZE,
-        pool_wait: float = 30.0,
+        pool_wait: float = DEFAULT_WAIT,
     ) -> None:
         """``connect_args``: the sync store's (connect_timeout, and prepare_threshold
         from the URL), so that both sides connect alike."""
