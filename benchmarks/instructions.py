@@ -4,10 +4,11 @@ benchmarks.instructions OLD NEW``.
 Timing the client's CPU on a shared 2-core machine moves by 10-20 % from one run to
 the next, more than most single changes to saga's own code are worth; the number of
 instructions the client executes per saga moves much less (two runs of one build
-agree within 1-4 %; compare two builds counted side by side in one run). Each build runs a workload twice under ``valgrind --tool=callgrind``,
-with ``--small`` and with ``--large`` sagas; the difference over the difference in
-sagas is its instructions per saga, start-up and imports cancelled out. The server's
-work is not counted (it is another process), nor is waiting.
+agree within 1-4 %; compare two builds counted side by side in one run). Each build
+runs a workload twice under ``valgrind --tool=callgrind``, with ``--small`` and with
+``--large`` sagas; the difference over the difference in sagas is its instructions per
+saga, start-up and imports cancelled out. The server's work is not counted (it is
+another process), nor is waiting.
 
     python -m benchmarks.instructions OLD NEW [--workload w1|w4|async] [--backend sqlite|postgresql]
 
