@@ -281,6 +281,127 @@ class StoreContract:
         # A claim of this very saga (a caller re-running its key) takes it all the same.
         assert store.claim(saga.id, "b", TTL, Event("lease_claimed")).epoch == 2
 
+    # -- history --------------------------------------------------------------------------
+    # PostgreSQL's writer folds a step's start and success events into the step row
+    # (adapters/sql/folding.py); these tests hold every store to the same history.
+
+    def test_history_keeps_every_start_and_success_in_order_across_attempts_and_claims(
+        self, store: SagaStore
+    ) -> None:
+        saga = saga_record()
+        first = Commit(
+            saga.id,
+            1,
+            steps=(StepWrite(running("reserve", 1), new=True, stamp="started"),),
+            events=(Event("saga_started"), Event("step_started", "reserve", 1)),
+        )
+        store.create(saga, first, EXPIRED)
+        again = StepWrite(running("reserve", 1, attempt=2), stamp="started")
+        failed = Event("attempt_failed", "reserve", 1, {"error": "boom"})
+        store.commit(
+            Commit(saga.id, 1, steps=(again,), events=(failed, Event("step_started", "reserve", 2)))
+        )
+        store.claim(saga.id, "b", TTL, Event("lease_claimed"))  # epoch 2, mid-attempt
+        reserved = StepRecord("reserve", 1, StepStatus.SUCCEEDED, 2, result='"R"')
+        store.commit(
+            Commit(
+                saga.id,
+                2,
+                steps=(
+                    StepWrite(reserved, stamp="finished"),
+                    StepWrite(running("charge", 2), new=True, stamp="started"),
+                ),
+                events=(Event("step_succeeded", "reserve", 2), Event("step_started", "charge", 1)),
+            )
+        )
+        charged = StepRecord("charge", 2, StepStatus.SUCCEEDED, 1, result='"C"')
+        store.commit(
+            Commit(
+                saga.id,
+                2,
+                status=SagaStatus.COMPLETED,
+                steps=(StepWrite(charged, stamp="finished"),),
+                events=(Event("step_succeeded", "charge", 1), Event("saga_completed")),
+            )
+        )
+        history = store.events(saga.id)
+        assert [(e.kind, e.step, e.attempt, e.epoch) for e in history] == [
+            ("saga_started", None, None, 1),
+            ("step_started", "reserve", 1, 1),
+            ("attempt_failed", "reserve", 1, 1),
+            ("step_started", "reserve", 2, 1),
+            ("lease_claimed", None, None, 2),
+            ("step_succeeded", "reserve", 2, 2),
+            ("step_started", "charge", 1, 2),
+            ("step_succeeded", "charge", 1, 2),
+            ("saga_completed", None, None, 2),
+        ]
+        assert [e.id for e in history] == sorted({e.id for e in history})
+        assert history[2].detail == {"error": "boom"}
+        steps = loaded(store, saga.id).steps
+        assert self.near(history[3].at, steps[0].started_at)
+        assert self.near(history[5].at, steps[0].finished_at)
+
+    def test_history_keeps_a_success_a_later_reset_rewrote_the_step_over(
+        self, store: SagaStore
+    ) -> None:
+        saga = create(store)
+        store.commit(Commit(saga.id, 1, events=(Event("step_started", "reserve", 1),)))
+        done = StepRecord("reserve", 1, StepStatus.SUCCEEDED, 1, result='"R"')
+        succeeded = Event("step_succeeded", "reserve", 1)
+        store.commit(
+            Commit(saga.id, 1, steps=(StepWrite(done, stamp="finished"),), events=(succeeded,))
+        )
+        reset = StepRecord("reserve", 1, StepStatus.PENDING, 0)
+        store.commit(
+            Commit(
+                saga.id, 1, steps=(StepWrite(reset),), events=(Event("step_reset", "reserve", 0),)
+            )
+        )
+        rerun = StepWrite(running("reserve", 1), stamp="started")
+        store.commit(
+            Commit(saga.id, 1, steps=(rerun,), events=(Event("step_started", "reserve", 1),))
+        )
+        assert [(e.kind, e.attempt) for e in store.events(saga.id)] == [
+            ("step_started", 1),
+            ("step_succeeded", 1),
+            ("step_reset", 0),
+            ("step_started", 1),
+        ]
+
+    def test_history_keeps_both_starts_of_an_attempt_started_twice(self, store: SagaStore) -> None:
+        saga = saga_record()
+        start = StepWrite(running("reserve", 1), new=True, stamp="started")
+        started = Event("step_started", "reserve", 1)
+        store.create(saga, Commit(saga.id, 1, steps=(start,), events=(started,)), TTL)
+        again = dataclasses.replace(start, new=False)
+        store.commit(Commit(saga.id, 1, steps=(again,), events=(started,)))
+        assert [(e.kind, e.attempt) for e in store.events(saga.id)] == [("step_started", 1)] * 2
+
+    def test_history_keeps_the_start_of_a_step_a_transaction_then_finished(
+        self, store: SagaStore
+    ) -> None:
+        saga = saga_record()
+        first = Commit(
+            saga.id,
+            1,
+            steps=(StepWrite(running("reserve", 1), new=True, stamp="started"),),
+            events=(Event("step_started", "reserve", 1),),
+        )
+        store.create(saga, first, TTL)
+        done = StepRecord("reserve", 1, StepStatus.SUCCEEDED, 1, result='"R1"')
+        finished = Commit(
+            saga.id,
+            1,
+            steps=(StepWrite(done, stamp="finished"),),
+            events=(Event("step_succeeded", "reserve", 1),),
+        )
+        store.transact(lambda session: "R1", lambda result: finished)
+        assert [(e.kind, e.attempt, e.epoch) for e in store.events(saga.id)] == [
+            ("step_started", 1, 1),
+            ("step_succeeded", 1, 1),
+        ]
+
     # -- transactional steps --------------------------------------------------------------
 
     def test_transact_applies_the_change_built_from_the_work_result(self, store: SagaStore) -> None:

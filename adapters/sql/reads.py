@@ -27,9 +27,10 @@ from saga._internal.ports import EventRecord, ListQuery, SagaRecord, StepRecord
 from saga._internal.record import IN_FLIGHT
 from saga._internal.status import SagaStatus, StepStatus
 
+from . import folding
 from . import tables as t
 from .dialect import Dialect
-from .rows import event_record, saga_record, step_record
+from .rows import saga_record, step_record
 
 ACTIVE = (SagaStatus.RUNNING.value, SagaStatus.COMPENSATING.value)
 """The statuses of a saga someone should be executing (stuck when its lease ran out)."""
@@ -164,10 +165,8 @@ def stuck_count(connection: Connection, dialect: Dialect) -> int:
 
 
 def events(connection: Connection, saga_id: str) -> list[EventRecord]:
-    """The saga's history, oldest first."""
-    e = t.events.c
-    rows = connection.execute(select(t.events).where(e.saga_id == saga_id).order_by(e.id)).all()
-    return [event_record(row) for row in rows]
+    """The saga's history, oldest first (with the events folded into its step rows)."""
+    return folding.history(connection, saga_id)
 
 
 def with_steps(

@@ -25,6 +25,7 @@ REVISIONS: tuple[tuple[str, str], ...] = (
     ("0003", "saga versions; lighter step and event indexes"),
     ("0004", "saga_instances.trace_context"),
     ("0005", "saga_owners: how a claimer tells that an owner died"),
+    ("0006", "a step's start and success events folded into its row"),
 )
 """Every revision this release knows, oldest first, with what it does."""
 

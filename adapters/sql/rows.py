@@ -31,7 +31,9 @@ INSTANCE_COLUMNS = _filled(
 )
 """The columns of a new saga row that :func:`instance_values` fills. Its deadline is
 relative until then (seconds from the database's now); a new saga has no error."""
-STEP_COLUMNS = _filled(t.steps, "saga_id", "started_at", "finished_at", "commit_token")
+STEP_COLUMNS = _filled(
+    t.steps, "saga_id", "started_at", "finished_at", "commit_token", *t.FOLD_COLUMNS
+)
 """The columns of a step row that :func:`step_values` fills."""
 STEP_UPDATE_COLUMNS = ("status", "attempt", "undo_attempt", "result", "output_digest", "error")
 """What writing a recorded step again changes, with its commit token and times: its

@@ -96,6 +96,13 @@ SHAPES: Mapping[str, Mapping[str, frozenset[str]]] = {
         LEGACY_TABLE: _LEGACY,
         "saga_owners": _OWNERS,
     },
+    "0006": {
+        "saga_instances": _INSTANCES_1 | {"fingerprint", "trace_context"},
+        "saga_steps": _STEPS_1 | {"commit_token", "started_event", "finished_event", "fold_epoch"},
+        "saga_events": _EVENTS,
+        LEGACY_TABLE: _LEGACY,
+        "saga_owners": _OWNERS,
+    },
 }
 """The columns each revision's tables have: what ``saga db upgrade`` expects to find."""
 

@@ -78,6 +78,11 @@ class SagaStepRow(SQLModel, table=True):
     started_at: float | None = None
     finished_at: float | None = None
     commit_token: str | None = None
+    # The step's start and success events, folded into this row (revision 0006): the ids
+    # they hold in the history's order, and the epoch they were written at. See folding.py.
+    started_event: int | None = Field(default=None, sa_type=BigInteger)
+    finished_event: int | None = Field(default=None, sa_type=BigInteger)
+    fold_epoch: int | None = None
 
 
 class SagaEventRow(SQLModel, table=True):
@@ -128,6 +133,11 @@ class SagaOwnerRow(SQLModel, table=True):
     server_start: float | None = None
     registered_at: float
     suspected_at: float | None = None
+
+
+FOLD_COLUMNS = ("started_event", "finished_event", "fold_epoch")
+"""The step row's columns that hold its folded events (only PostgreSQL's writer fills
+them; read by the history and nothing else)."""
 
 
 def _table(model: type[SQLModel]) -> Table:

@@ -20,7 +20,7 @@ from saga._internal.errors import LeaseLostError, StorageUnavailableError
 from saga._internal.ports import Commit, Event, SagaRecord, StepWrite
 from saga._internal.status import SagaStatus
 
-from . import reads
+from . import folding, reads
 from . import tables as t
 from .dialect import Dialect
 from .messages import clash_not_found, first_line
@@ -150,6 +150,7 @@ def _write_step(connection: Connection, dialect: Dialect, change: Commit, write:
     if write.new:
         connection.execute(insert(t.steps).values({**values, "saga_id": saga_id, **stamped}))
         return
+    folding.unfold(connection, saga_id, step.seq)
     connection.execute(
         update(t.steps)
         .where(t.steps.c.saga_id == saga_id, t.steps.c.seq == step.seq)

@@ -1,0 +1,123 @@
+"""A step's start and success events, folded into its row (schema revision 0006).
+
+Of a happy 3-step saga's 8 history events, 6 are a step's ``step_started`` and
+``step_succeeded``, and the step row says everything they say: the step's name and
+attempt, and the time (``started_at``, ``finished_at``, stamped by the same commit).
+PostgreSQL's writer leaves those rows out and records on the step row the ids they hold
+in the history (``started_event``, ``finished_event``, drawn from the events' own
+sequence in the commit's order) and the epoch they were written at (``fold_epoch``);
+the history (:func:`history`) reads them back in their place. A third fewer bytes per
+finished saga, and two fewer index entries per step (docs/performance.md).
+
+A folded event must stay what it was. It is written back as a row of its own, with
+its id, before a change to the step row would alter it: a new attempt or a start
+stamped again, a finish stamped again (for the success), or a commit of another
+epoch. PostgreSQL's writer does that inside the commit's statement; the portable path
+(operators' verbs, transactional steps) writes back every folded event of a step row
+it updates (:func:`unfold`). SQLite's writer folds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, insert, literal, null, select, union_all, update
+
+from saga._internal.ports import Commit, Event, EventRecord, StepWrite
+from saga._internal.status import StepStatus
+
+from . import tables as t
+from .rows import event_record
+
+STARTED, SUCCEEDED = "step_started", "step_succeeded"
+
+
+def folds(change: Commit) -> tuple[list[tuple[int | None, int | None]], list[int]]:
+    """Which of ``change``'s events fold into which of its step writes: for each step
+    write, the positions (1-based, in ``change.events``) of its folded start and
+    success events (None: none); and the positions of the events written as rows."""
+    folded: dict[int, int] = {}  # event position -> step write index
+    started: list[int | None] = [None] * len(change.steps)
+    finished: list[int | None] = [None] * len(change.steps)
+    for position, event in enumerate(change.events, 1):
+        index = _folds_into(event, change.steps)
+        if index is None:
+            continue
+        slots = started if event.kind == STARTED else finished
+        if slots[index] is None:
+            slots[index] = position
+            folded[position] = index
+    rows = [position for position in range(1, len(change.events) + 1) if position not in folded]
+    return list(zip(started, finished, strict=True)), rows
+
+
+def _folds_into(event: Event, writes: Sequence[StepWrite]) -> int | None:
+    """The index of the step write ``event`` can fold into, if any: a start without
+    detail, of the attempt the write stamps started; a success without detail, of the
+    attempt an update stamps finished and succeeded (a new row's finish time is not
+    stamped: a row is inserted started)."""
+    if event.detail is not None or event.kind not in (STARTED, SUCCEEDED):
+        return None
+    started = event.kind == STARTED
+    for index, write in enumerate(writes):
+        step = write.step
+        if step.name != event.step or step.attempt != event.attempt:
+            continue
+        if started and write.stamp == "started":
+            return index
+        if write.stamp == "finished" and not write.new and step.status is StepStatus.SUCCEEDED:
+            return index
+    return None
+
+
+def _folded(id_column: Any, at_column: Any, kind: str) -> Select[Any]:
+    s = t.steps.c
+    return select(
+        id_column.label("id"),
+        s.saga_id,
+        at_column.label("at"),
+        literal(kind).label("kind"),
+        s.name.label("step"),
+        s.attempt,
+        s.fold_epoch.label("epoch"),
+        null().label("detail"),
+    ).where(id_column.is_not(None))
+
+
+def _both_folded() -> tuple[Select[Any], Select[Any]]:
+    s = t.steps.c
+    return (
+        _folded(s.started_event, s.started_at, STARTED),
+        _folded(s.finished_event, s.finished_at, SUCCEEDED),
+    )
+
+
+def history(connection: Connection, saga_id: str) -> list[EventRecord]:
+    """The saga's history, oldest first: its event rows and its folded events, in one
+    statement (one snapshot: an event written back meanwhile is never seen twice)."""
+    e = t.events.c
+    rows = select(e.id, e.saga_id, e.at, e.kind, e.step, e.attempt, e.epoch, e.detail)
+    started, finished = _both_folded()
+    s = t.steps.c
+    every = union_all(
+        rows.where(e.saga_id == saga_id),
+        started.where(s.saga_id == saga_id),
+        finished.where(s.saga_id == saga_id),
+    ).subquery()
+    found = connection.execute(select(every).order_by(every.c.id)).all()
+    return [event_record(row) for row in found]
+
+
+def unfold(connection: Connection, saga_id: str, seq: int) -> None:
+    """Write step ``seq``'s folded events back as rows, with their ids, and clear them
+    from its row: the portable path's update of that row may change what they say."""
+    s = t.steps.c
+    mine = and_(s.saga_id == saga_id, s.seq == seq)
+    started, finished = _both_folded()
+    back = union_all(started.where(mine), finished.where(mine))
+    columns = ["id", "saga_id", "at", "kind", "step", "attempt", "epoch", "detail"]
+    written = connection.execute(insert(t.events).from_select(columns, back))
+    if written.rowcount:
+        cleared = {"started_event": None, "finished_event": None, "fold_epoch": None}
+        connection.execute(update(t.steps).where(mine).values(cleared))
