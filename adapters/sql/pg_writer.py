@@ -3,8 +3,11 @@
 A commit (fence the saga row, write its steps, append its events) is a single
 ``WITH ... UPDATE ... INSERT ...`` statement sent in autocommit mode, so it is
 one implicit transaction and one network round trip: no BEGIN, no COMMIT, no
-SELECT. Every sub-statement is guarded by ``EXISTS (SELECT 1 FROM fence)``:
-when the epoch moved on, the fence matches no row and nothing is written.
+SELECT. Every sub-statement is guarded by ``EXISTS (TABLE fence)``: when the
+epoch moved on, the fence matches no row and nothing is written. A step's start
+and success events are folded into its row where the row says all they say
+(:mod:`.folding`): the statement draws the ids of all the commit's events in
+their order, and writes back, first, a folded event the commit's update would alter.
 
 The SQL text depends only on which parts a commit has (step updates, step
 inserts, events), never on how many rows or on data: rows travel as one array
@@ -43,11 +46,12 @@ from .rows import (
     step_values,
 )
 
-# One time for the whole statement (it is the commit's transaction): every row a commit
+# One time for the whole statement (it is the commit's transaction; texts over 4,096
+# characters psycopg parses on every execution, so this is short): every row a commit
 # writes bears the same instant, so the times of its events (those folded into step rows
 # included) never disagree with their order, whichever sub-statement PostgreSQL runs first.
-_NOW = "extract(epoch from statement_timestamp())::float8"
-_FENCED = "EXISTS (SELECT 1 FROM fence)"
+_NOW = "extract(epoch from now())::float8"  # autocommit: now() is the statement's time
+_FENCED = "EXISTS (TABLE fence)"
 
 _Columns = tuple[tuple[str, str], ...]
 """Columns as (name, PostgreSQL type): each parameter is cast to its column's type."""
@@ -90,15 +94,17 @@ def _unnest(prefix: str, columns: _Columns) -> str:
 
 
 def _values(prefix: str, columns: _Columns, count: int) -> str:
-    """``(VALUES (%(p0_a)s::int, ...), ...) AS v(a, ...)``: ``count`` rows of typed
-    placeholders, one per cell."""
+    """``(VALUES (%(p0_0)s::int, ...), ...) AS v(a, ...)``: ``count`` rows of typed
+    placeholders, one per cell, named by row and column number (short names keep a
+    commit's text under the 4,096 characters past which psycopg parses it again on
+    every execution)."""
     rows = ", ".join(_row(f"{prefix}{i}", columns) for i in range(count))
     return f"(VALUES {rows}) AS v({_names(columns)})"
 
 
 def _row(prefix: str, columns: _Columns) -> str:
-    """A VALUES row of typed placeholders, ``%(prefix_column)s::type``."""
-    return "(" + ", ".join(f"%({prefix}_{name})s::{kind}" for name, kind in columns) + ")"
+    """A VALUES row of typed placeholders, ``%(prefix_number)s::type``."""
+    return "(" + ", ".join(f"%({prefix}_{j})s::{kind}" for j, (_, kind) in enumerate(columns)) + ")"
 
 
 SMALL = 4
@@ -174,67 +180,73 @@ def _fold_sets(row: str, v: dict[str, str]) -> str:
     else the one kept (see :func:`_kept`), else none (written back by :func:`_unfolding`)."""
     kept = _kept(row, v["start"], v["attempt"])
     return (
-        f"started_event = CASE WHEN {v['start_n']} IS NOT NULL THEN {_id_at(v['start_n'])} "
-        f"WHEN {kept} THEN {row}started_event END, "
-        f"finished_event = CASE WHEN {v['finish_n']} IS NOT NULL THEN {_id_at(v['finish_n'])} "
-        f"WHEN {kept} AND NOT {v['finish']} THEN {row}finished_event END, "
+        f"started_event = COALESCE({_id_at(v['start_n'])}, "
+        f"CASE WHEN {kept} THEN {row}started_event END), "
+        f"finished_event = COALESCE({_id_at(v['finish_n'])}, "
+        f"CASE WHEN {kept} AND NOT {v['finish']} THEN {row}finished_event END), "
         "fold_epoch = %(epoch)s::int"
     )
 
 
-def _unfolding(rows: str, seqs: str) -> str:
-    """``mat AS (INSERT ...)``: the folded events the commit's step updates (``rows`` as
-    ``v``; ``seqs``: their seqs, for the primary key) do not keep, written back as rows
-    with their ids. The statement's snapshot shows it the step rows before the update."""
+def _update_rows(rows: str) -> str:
+    """``uv``: the commit's step updates, ``rows`` (VALUES or unnest, as ``v``), read by
+    both the write-back and the update."""
+    return f"uv AS (SELECT * FROM {rows})"
+
+
+def _update_seqs(count: int) -> str:
+    """The seqs of ``count`` updates bound one by one, as an array."""
+    return "ARRAY[" + ", ".join(f"%(u{i}_0)s::int" for i in range(count)) + "]"
+    # u{i}_0: the seq, the first of _UPDATE_COLUMNS
+
+
+def _unfolding(seqs: str) -> str:
+    """``mat AS (INSERT ...)``: the folded events the commit's step updates (``uv``;
+    ``seqs``: their seqs, for the primary key) do not keep, written back as rows with
+    their ids. The statement's snapshot shows it the step rows before the update."""
     kept = _kept("s.", "v.start", "v.attempt")
     return (
         "mat AS (INSERT INTO saga_events (id, saga_id, at, kind, step, attempt, epoch) "
         "SELECT f.id, s.saga_id, f.at, f.kind, s.name, s.attempt, s.fold_epoch "
-        f"FROM saga_steps s JOIN {rows} ON s.seq = v.seq "
-        "CROSS JOIN LATERAL (VALUES "
+        "FROM saga_steps s JOIN uv v ON s.seq = v.seq CROSS JOIN LATERAL (VALUES "
         f"(s.started_event, s.started_at, 'step_started', {kept}), "
         f"(s.finished_event, s.finished_at, 'step_succeeded', {kept} AND NOT v.finish)"
         ") AS f(id, at, kind, kept) "
         f"WHERE s.saga_id = %(id)s AND s.seq = ANY({seqs}) AND f.id IS NOT NULL "
-        f"AND NOT COALESCE(f.kept, false) AND {_FENCED})"
+        f"AND f.kept IS NOT TRUE AND {_FENCED})"
     )
 
 
-def _update_seqs(count: int) -> str:
-    return "ARRAY[" + ", ".join(f"%(u{i}_seq)s::int" for i in range(count)) + "]"
-
-
-def _step_update_row(i: int) -> str:
-    p = f"u{i}"
-    changed = "".join(
-        f"{name} = %({p}_{name})s::{kind}, " for name, kind in _typed(t.steps, STEP_UPDATE_COLUMNS)
-    )
-    cells = {name: f"%({p}_{name})s::{kind}" for name, kind in _UPDATE_COLUMNS}
+def _step_updates(seqs: str) -> str:
+    """``upd AS (UPDATE ...)``: the step rows ``uv`` names (``seqs``: their seqs), with
+    their folded events made, kept or dropped (:func:`_fold_sets`)."""
     return (
-        f"u{i} AS (UPDATE saga_steps SET {changed}commit_token = %(token)s, "
-        f"started_at = CASE WHEN {cells['start']} THEN {_NOW} ELSE started_at END, "
-        f"finished_at = CASE WHEN {cells['finish']} THEN {_NOW} ELSE finished_at END, "
-        f"{_fold_sets('', cells)} "
-        f"WHERE saga_id = %(id)s AND seq = {cells['seq']} AND {_FENCED})"
+        "upd AS (UPDATE saga_steps s SET "
+        + "".join(f"{name} = v.{name}, " for name in STEP_UPDATE_COLUMNS)
+        + "commit_token = %(token)s, "
+        f"started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
+        f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END, "
+        f"{_fold_sets('s.', {name: f'v.{name}' for name, _ in _UPDATE_COLUMNS})} "
+        # seq = ANY(...) lets the primary key fetch just these rows; joined on v.seq alone,
+        # the planner read every step of the saga each time (quadratic for a large saga).
+        f"FROM uv v WHERE s.saga_id = %(id)s AND s.seq = ANY({seqs}) AND s.seq = v.seq "
+        f"AND {_FENCED})"
     )
 
 
-_STEP_UPDATES = (
-    "upd AS (UPDATE saga_steps s SET "
-    + "".join(f"{name} = v.{name}, " for name in STEP_UPDATE_COLUMNS)
-    + "commit_token = %(token)s, "
-    f"started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
-    f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END, "
-    f"{_fold_sets('s.', {name: f'v.{name}' for name, _ in _UPDATE_COLUMNS})} "
-    f"FROM {_unnest('u', _UPDATE_COLUMNS)} "
-    # seq = ANY(...) lets the primary key fetch just these rows; joined on v.seq alone,
-    # the planner read every step of the saga each time (quadratic for a large saga).
-    "WHERE s.saga_id = %(id)s AND s.seq = ANY(%(u_seq)s::int[]) AND s.seq = v.seq "
-    f"AND {_FENCED})"
-)
+def _updates(count: int) -> list[str]:
+    """The parts updating ``count`` step rows (above SMALL: 'many', bound as arrays).
+    One text for the rows, so that a commit's statement stays under the 4,096 characters
+    past which psycopg parses its text again on every execution."""
+    if count > SMALL:
+        rows, seqs = _unnest("u", _UPDATE_COLUMNS), "%(u_seq)s::int[]"
+    else:
+        rows, seqs = _values("u", _UPDATE_COLUMNS, count), _update_seqs(count)
+    return [_update_rows(rows), _unfolding(seqs), _step_updates(seqs)]
+
+
 _STEP_INSERTS = _step_insert(_unnest("i", _INSERT_COLUMNS))
 _EVENT_INSERTS = _event_insert(_unnest("e", _EVENT_COLUMNS))
-_UNFOLDING = _unfolding(_unnest("u", _UPDATE_COLUMNS), "%(u_seq)s::int[]")
 
 _FENCE = (
     f"fence AS (UPDATE saga_instances SET updated_at = {_NOW}, commit_token = %(token)s, "
@@ -266,12 +278,8 @@ def statement(head: str, updates: int, inserts: int, events: int, drawn: int = 0
     parts = [head]
     if updates or inserts or events:
         parts.append(_ids(drawn))
-    if updates > SMALL:
-        parts += [_UNFOLDING, _STEP_UPDATES]
-    elif updates:
-        rows = _values("u", _UPDATE_COLUMNS, updates)
-        parts.append(_unfolding(rows, _update_seqs(updates)))
-        parts += [_step_update_row(i) for i in range(updates)]
+    if updates:
+        parts += _updates(updates)
     if inserts > SMALL:
         parts.append(_STEP_INSERTS)
     elif inserts:
@@ -354,7 +362,7 @@ def _put(
 @functools.cache
 def _keys(prefix: str, i: int, columns: _Columns) -> tuple[str, ...]:
     """The parameter names of row ``i``'s cells (computed once: this is the hot path)."""
-    return tuple(f"{prefix}{i}_{name}" for name, _ in columns)
+    return tuple(f"{prefix}{i}_{j}" for j in range(len(columns)))
 
 
 def _columns(prefix: str, rows: list[tuple[Any, ...]], columns: _Columns) -> dict[str, list[Any]]:
