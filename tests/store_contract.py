@@ -88,6 +88,20 @@ def create(store: SagaStore, ttl: float = TTL, **options: Any) -> SagaRecord:
     return loaded(store, saga.id)
 
 
+def started(store: SagaStore, ttl: float, *before: Event) -> SagaRecord:
+    """A saga created with step ``reserve`` started (attempt 1) and its ``step_started``
+    event after ``before``: the commit PostgreSQL's writer folds the start into."""
+    saga = saga_record()
+    first = Commit(
+        saga.id,
+        1,
+        steps=(StepWrite(running("reserve", 1), new=True, stamp="started"),),
+        events=(*before, Event("step_started", "reserve", 1)),
+    )
+    store.create(saga, first, ttl)
+    return saga
+
+
 def loaded(store: SagaStore, saga_id: str) -> SagaRecord:
     record = store.load(saga_id)
     assert record is not None
@@ -288,14 +302,7 @@ class StoreContract:
     def test_history_keeps_every_start_and_success_in_order_across_attempts_and_claims(
         self, store: SagaStore
     ) -> None:
-        saga = saga_record()
-        first = Commit(
-            saga.id,
-            1,
-            steps=(StepWrite(running("reserve", 1), new=True, stamp="started"),),
-            events=(Event("saga_started"), Event("step_started", "reserve", 1)),
-        )
-        store.create(saga, first, EXPIRED)
+        saga = started(store, EXPIRED, Event("saga_started"))
         again = StepWrite(running("reserve", 1, attempt=2), stamp="started")
         failed = Event("attempt_failed", "reserve", 1, {"error": "boom"})
         store.commit(
@@ -370,25 +377,17 @@ class StoreContract:
         ]
 
     def test_history_keeps_both_starts_of_an_attempt_started_twice(self, store: SagaStore) -> None:
-        saga = saga_record()
-        start = StepWrite(running("reserve", 1), new=True, stamp="started")
-        started = Event("step_started", "reserve", 1)
-        store.create(saga, Commit(saga.id, 1, steps=(start,), events=(started,)), TTL)
-        again = dataclasses.replace(start, new=False)
-        store.commit(Commit(saga.id, 1, steps=(again,), events=(started,)))
+        saga = started(store, TTL)
+        again = StepWrite(running("reserve", 1), stamp="started")
+        store.commit(
+            Commit(saga.id, 1, steps=(again,), events=(Event("step_started", "reserve", 1),))
+        )
         assert [(e.kind, e.attempt) for e in store.events(saga.id)] == [("step_started", 1)] * 2
 
     def test_history_keeps_the_start_of_a_step_a_transaction_then_finished(
         self, store: SagaStore
     ) -> None:
-        saga = saga_record()
-        first = Commit(
-            saga.id,
-            1,
-            steps=(StepWrite(running("reserve", 1), new=True, stamp="started"),),
-            events=(Event("step_started", "reserve", 1),),
-        )
-        store.create(saga, first, TTL)
+        saga = started(store, TTL)
         done = StepRecord("reserve", 1, StepStatus.SUCCEEDED, 1, result='"R1"')
         finished = Commit(
             saga.id,
