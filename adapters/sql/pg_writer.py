@@ -132,15 +132,6 @@ def _id_at(position: str) -> str:
     return f"(SELECT id FROM ids WHERE ids.n = {position})"
 
 
-def _insert(name: str, table: str, own: dict[str, str], columns: _Columns, rows: str) -> str:
-    """``name AS (INSERT ...)``: ``rows`` (VALUES or unnest, as ``v``) with the columns
-    the commit fills itself (``own``: column -> SQL), only if the fence matched."""
-    return (
-        f"{name} AS (INSERT INTO {table} ({', '.join(own)}, {_names(columns)}) "
-        f"SELECT {', '.join(own.values())}, v.* FROM {rows} WHERE {_FENCED})"
-    )
-
-
 _STEP_OWN = {
     "saga_id": "%(id)s",
     "commit_token": "%(token)s",
