@@ -10,9 +10,11 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
+from saga._internal.drivers.functions import bound
 from saga._internal.drivers.tasks import TaskDriver
-from saga._internal.engine.scope import StepCall, bound, step_call
+from saga._internal.engine.scope import StepCall, step_call
 from saga._internal.engine.scope_face import ScopeFace
+from saga._internal.scope import actions_of
 from saga._internal.signature import taking
 
 
@@ -28,7 +30,9 @@ class AsyncSagaScope(ScopeFace[TaskDriver]):
         """Run ``fn(*args, **kwargs)`` (awaited if async) as the next step;
         ``compensate(result, *args, **kwargs)`` undoes it."""
         action = bound(call.fn, call.args, call.kwargs)  # an async fn stays async: awaited
-        return await self.driver.run(self._flows.call(call, action), shielded=True)
+        with self.driver.functions.given([action]) as (target,):
+            assert target is not None
+            return await self.driver.run(self._flows.call(call, target), shielded=True)
 
     async def parallel(self, *calls: StepCall) -> list[Any]:
         """Run ``s.call(...)`` steps at once, as tasks; their results, in order.
@@ -36,7 +40,8 @@ class AsyncSagaScope(ScopeFace[TaskDriver]):
         As ``SagaScope.parallel``; on a failure, calls in flight whose
         function is async are cancelled (recorded failed, then compensated).
         """
-        return await self.driver.run(self._flows.parallel(calls))
+        with self.driver.functions.given(actions_of(calls)) as targets:
+            return await self.driver.run(self._flows.parallel(calls, targets))
 
     async def __aexit__(
         self,

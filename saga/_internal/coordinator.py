@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from saga._internal import versions
 from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT, encode
 from saga._internal.definition import Saga
+from saga._internal.drivers.functions import Functions
 from saga._internal.drivers.threads import ThreadDriver
 from saga._internal.engine import rules
 from saga._internal.engine.core import Engine
@@ -139,10 +140,11 @@ class Coordinator:
         self.owner = new_owner_id()
         self.resolver = Resolver(trusted_modules, compensation_retry, compensation_wait_in_place)
         self.heartbeat = Heartbeat(self.store, lease_ttl, self.owner)
-        self.driver = ThreadDriver(
-            self.store, lease_ttl, self.heartbeat, self.listeners, self.resources
-        )
         self.definitions = versions.Definitions(self.resolver)
+        functions = Functions(self.definitions.registry, self.resolver)
+        self.driver = ThreadDriver(
+            self.store, lease_ttl, self.heartbeat, functions, self.listeners, self.resources
+        )
         self.engine = Engine(self.owner, payload_limit, self.resolver, self.definitions)
 
     def __repr__(self) -> str:

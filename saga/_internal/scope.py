@@ -7,9 +7,11 @@ with the coordinator's thread driver.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from saga._internal.drivers.functions import Action, bound
 from saga._internal.drivers.threads import ThreadDriver
 from saga._internal.engine.scope import StepCall, step_call
 from saga._internal.engine.scope_face import ScopeFace
@@ -33,7 +35,9 @@ class SagaScope(ScopeFace[ThreadDriver]):
         def action(_context: Any) -> Any:  # sync, even for an async fn: the driver awaits it
             return call.fn(*call.args, **call.kwargs)
 
-        return self.driver.run(self._flows.call(call, action))
+        with self.driver.functions.given([action]) as (target,):
+            assert target is not None
+            return self.driver.run(self._flows.call(call, target))
 
     def parallel(self, *calls: StepCall) -> list[Any]:
         """Run ``s.call(...)`` steps at once, in threads; their results, in order.
@@ -42,7 +46,8 @@ class SagaScope(ScopeFace[ThreadDriver]):
         others are waited for, everything that may have acted is compensated
         (newest first by completion) and the first error is raised.
         """
-        return self.driver.run(self._flows.parallel(calls))
+        with self.driver.functions.given(actions_of(calls)) as targets:
+            return self.driver.run(self._flows.parallel(calls, targets))
 
     def __exit__(
         self,
@@ -54,3 +59,12 @@ class SagaScope(ScopeFace[ThreadDriver]):
             self.driver.run(self._flows.leave(error))
         finally:
             self.driver.run(self._flows.let_go())
+
+
+def actions_of(calls: Sequence[object]) -> list[Action | None]:
+    """What runs each of ``s.parallel``'s calls (None for what is not an ``s.call``:
+    the flow refuses it, naming it, before anything runs)."""
+    return [
+        bound(call.fn, call.args, call.kwargs) if isinstance(call, StepCall) else None
+        for call in calls
+    ]

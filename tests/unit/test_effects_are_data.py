@@ -1,8 +1,10 @@
-"""Every effect the engine yields is a frozen dataclass of plain data: no closure or
-handle of the engine's crosses to a driver. Two fields hold code, on purpose: a
-``Call``'s or ``Transact``'s ``action`` (the user's step function, which running the
-step means calling) and a ``Branch``'s ``flow`` (a sub-flow the driver drives like any
-other). What a transactional action's result is recorded as is a ``Recorded`` value,
+"""Every effect the engine yields is a frozen dataclass of plain data: no function
+crosses from the engine to a driver. A ``Call`` or ``Transact`` names what it runs (a
+``Target``: a declared step's function by definition, version, step and role; a
+compensation by its stored reference; a block's own call by the number its face was
+given), and the driver finds the function. One field holds code, on purpose: a
+``Branch``'s ``flow``, a sub-flow of the engine's own that the driver drives like any
+other. What a transactional action's result is recorded as is a ``Recorded`` value,
 not a function the engine hands over."""
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ import pytest
 
 from saga._internal.engine import effects as fx
 from saga._internal.engine.effects import Recorded
+from saga._internal.engine.targets import Target
 from saga._internal.ports import Commit, SagaRecord
 from saga._internal.record import StepRecord
 from saga._internal.status import SagaStatus, StepStatus
 
 EFFECTS = typing.get_args(fx.Effect)
-CODE_ON_PURPOSE = {("Call", "action"), ("Transact", "action"), ("Branch", "flow")}
+CODE_ON_PURPOSE = {("Branch", "flow")}
 
 
 def _fields(kind: type) -> list[tuple[str, str]]:
@@ -37,7 +40,7 @@ def test_an_effect_is_frozen_data(effect: type) -> None:
 
 
 def test_what_they_carry_is_data_too() -> None:
-    carried = [fx.Branch, fx.Launch, Recorded]
+    carried = [fx.Branch, fx.Launch, Recorded, *typing.get_args(Target)]
     for kind in carried:
         assert dataclasses.is_dataclass(kind)
         for name, annotation in _fields(kind):

@@ -7,21 +7,25 @@ effects and the records they carry.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from saga import RetryPolicy, Saga, SagaFailed, SagaHandedBack, SagaStatus, StepStatus
 from saga._internal import engine
+from saga._internal.drivers.functions import Functions
 from saga._internal.engine import effects, rules
 from saga._internal.engine.attempts import attempts
 from saga._internal.engine.fault_points import FAULT_POINTS
 from saga._internal.engine.forward import STOPPED, Forward
+from saga._internal.engine.targets import Given
 from saga._internal.ports import SagaRecord
 from saga._internal.refs import Resolver
+from saga._internal.versions import Registry
 
 Answer = Callable[[effects.Effect], Any]
 
@@ -86,13 +90,31 @@ def _kind(effect: effects.Effect) -> str:
     return name
 
 
+REGISTRY = Registry()
+FUNCTIONS = Functions(REGISTRY, Resolver(()))
+"""The hand driver's functions: what a ``Call`` names is looked up as a driver does."""
+
+
 def plain(effect: effects.Effect) -> Any:
     """The answers of a store that never asks to stop and actions that return 1."""
     if isinstance(effect, effects.Write):
         return False
     if isinstance(effect, effects.Call):
-        return effect.action(effect.context)
+        return FUNCTIONS.action(effect.target)(effect.context)
     return None
+
+
+@pytest.fixture
+def hand() -> Iterator[Callable[[Callable[[Any], Any]], Given]]:
+    """Hands a function to the hand driver (as a block's face does) for the test."""
+    with contextlib.ExitStack() as stack:
+
+        def handed(fn: Callable[[Any], Any]) -> Given:
+            (target,) = stack.enter_context(FUNCTIONS.given([fn]))
+            assert target is not None
+            return target
+
+        yield handed
 
 
 def two_step_saga(fail_second: bool = False) -> Saga:
@@ -113,6 +135,7 @@ def two_step_saga(fail_second: bool = False) -> Saga:
         return 2
 
     saga.validate()
+    REGISTRY.add(saga)
     return saga
 
 
@@ -202,6 +225,7 @@ def test_a_compensation_s_end_rides_with_the_next_one_s_start() -> None:
         saga.step(name=name)(lambda ctx: 1).compensation(lambda ctx: None)
     saga.step(name="third", retry=RetryPolicy(max_attempts=1))(_refused)
     saga.validate()
+    REGISTRY.add(saga)
     driver = HandDriver(plain)
     with pytest.raises(SagaFailed):
         driver.run(forward(saga, *started(saga)))
@@ -275,7 +299,9 @@ def test_a_stop_asked_for_while_steps_run_cancels_them_and_unwinds() -> None:
     assert "Launch" not in driver.kinds()[1:]  # nothing new started after the stop
 
 
-def test_a_failed_attempt_is_durable_before_the_wait_and_the_retry_before_it_runs() -> None:
+def test_a_failed_attempt_is_durable_before_the_wait_and_the_retry_before_it_runs(
+    hand: Callable[[Callable[[Any], Any]], Given],
+) -> None:
     saga = two_step_saga()
     record, _ = started(saga)
     calls: list[int] = []
@@ -289,7 +315,7 @@ def test_a_failed_attempt_is_durable_before_the_wait_and_the_retry_before_it_run
     cursor = engine.Cursor(record)
     policy = RetryPolicy(max_attempts=2, initial_delay=0.25, jitter=0)
     driver = HandDriver(plain)
-    result = driver.run(attempts(cursor, "reserve", 1, policy, None, flaky))
+    result = driver.run(attempts(cursor, "reserve", 1, policy, None, hand(flaky)))
     assert result == "ok"
     assert calls == [1, 2]
     told, failure, sleep, retry = driver.seen[1:5]
@@ -315,7 +341,9 @@ def test_a_failed_attempt_is_durable_before_the_wait_and_the_retry_before_it_run
     assert (restarted.kind, restarted.attempt) == ("step_started", 2)
 
 
-def test_an_error_tenacity_does_not_retry_ends_the_attempts_at_once() -> None:
+def test_an_error_tenacity_does_not_retry_ends_the_attempts_at_once(
+    hand: Callable[[Callable[[Any], Any]], Given],
+) -> None:
     saga = two_step_saga()
     record, _ = started(saga)
 
@@ -323,7 +351,7 @@ def test_an_error_tenacity_does_not_retry_ends_the_attempts_at_once() -> None:
         raise ValueError("no")
 
     driver = HandDriver(plain)
-    flow = attempts(engine.Cursor(record), "reserve", 1, RetryPolicy(), None, broken)
+    flow = attempts(engine.Cursor(record), "reserve", 1, RetryPolicy(), None, hand(broken))
     with pytest.raises(ValueError, match="no"):
         driver.run(flow)
     assert driver.kinds() == ["Call:reserve"]  # no sleep, no write: nothing retried

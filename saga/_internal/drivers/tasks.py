@@ -18,7 +18,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from saga._internal import faults
-from saga._internal.context import entered
+from saga._internal.context import StepContext, entered
+from saga._internal.drivers.functions import Action
 from saga._internal.drivers.threads import StepScope, ThreadDriver, no_scope
 from saga._internal.engine import effects as fx
 from saga._internal.engine.forward import cancelled, is_async
@@ -39,11 +40,12 @@ class TaskDriver:
     def __init__(self, store: AsyncSagaStore, threads: ThreadDriver) -> None:
         self.store = store
         self.threads = threads  # for what only runs in a thread: transactional steps
+        self.functions = threads.functions
         self.listeners = threads.listeners
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(threads.given(effect), scope),
+            fx.Call: lambda effect, _: call(*threads.given(effect), effect.timeout, scope),
             fx.Fault: _fault,
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
@@ -249,10 +251,11 @@ async def _cancel_in_flight(effect: fx.CancelInFlight, tasks: _Tasks) -> None:
     tasks.cancel_in_flight(effect.why)
 
 
-async def call(effect: fx.Call, scope: StepScope = no_scope) -> Any:
-    """Run ``effect``'s action as the current step, inside the listeners' ``scope`` of it:
-    awaited if async, in a thread if not."""
-    action, context, timeout = effect.action, effect.context, effect.timeout
+async def call(
+    action: Action, context: StepContext, timeout: float | None, scope: StepScope = no_scope
+) -> Any:
+    """Run ``action`` as the current step, inside the listeners' ``scope`` of it: awaited
+    if async, in a thread if not; give up after ``timeout``."""
     with entered(context), scope(context):
         running = action(context) if is_async(action) else asyncio.to_thread(action, context)
         limit = asyncio.timeout(timeout)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from saga._internal import faults
 from saga._internal.context import StepContext, entered
+from saga._internal.drivers.functions import Action, Functions
 from saga._internal.engine import effects as fx
 from saga._internal.errors import StepTimeoutError
 from saga._internal.lease import Heartbeat
@@ -52,10 +53,12 @@ class ThreadDriver:
         store: SagaStore,
         lease_ttl: float,
         heartbeat: Heartbeat,
+        functions: Functions,
         listeners: Listeners | None = None,
         resources: ResourceView = NO_RESOURCES,
     ) -> None:
         self.store = store
+        self.functions = functions
         self.resources = resources
         self.draining = threading.Event()  # set by Coordinator.drain(): hand sagas back
         self._tokens = itertools.count(1)  # next() is atomic: branches' threads share it
@@ -66,7 +69,7 @@ class ThreadDriver:
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(self.given(effect), scope),
+            fx.Call: lambda effect, _: call(*self.given(effect), effect.timeout, scope),
             fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
@@ -117,13 +120,15 @@ class ThreadDriver:
         else:
             time.sleep(effect.seconds)
 
-    def given(self, effect: fx.Call) -> fx.Call:
-        """``effect`` with this coordinator's resources in its context (the engine knows
-        none of them)."""
-        if not self.resources:  # none given: the context's empty default says so already
-            return effect
-        context = dataclasses.replace(effect.context, resources=self.resources)
-        return dataclasses.replace(effect, context=context)
+    def given(
+        self, effect: fx.Call | fx.Transact, session: Any = None
+    ) -> tuple[Action, StepContext]:
+        """The function ``effect`` names, and its context with this coordinator's
+        resources (the engine knows none of them) and a transaction's ``session``."""
+        context = effect.context
+        if self.resources or session is not None:  # else the context's defaults say so
+            context = dataclasses.replace(context, session=session, resources=self.resources)
+        return self.functions.action(effect.target), context
 
     def write(self, effect: fx.Write) -> bool:
         """Commit ``effect``'s change; the listeners are told once it committed."""
@@ -187,8 +192,7 @@ class ThreadDriver:
         the same transaction; (its result, must the saga stop, the change committed)."""
 
         def work(session: Any) -> Any:
-            context = dataclasses.replace(effect.context, session=session, resources=self.resources)
-            return call(fx.Call(effect.action, context), self.listeners.step_scope)
+            return call(*self.given(effect, session), None, self.listeners.step_scope)
 
         committed: list[Commit] = []
 
@@ -245,10 +249,11 @@ class _Branches:
             self._pool.shutdown(wait=True)
 
 
-def call(effect: fx.Call, scope: StepScope = no_scope) -> Any:
-    """Run ``effect``'s action as the current step, inside the listeners' ``scope`` of it;
-    give up waiting after its timeout."""
-    action, context, timeout = effect.action, effect.context, effect.timeout
+def call(
+    action: Action, context: StepContext, timeout: float | None, scope: StepScope = no_scope
+) -> Any:
+    """Run ``action`` as the current step, inside the listeners' ``scope`` of it; give up
+    waiting after ``timeout``."""
     if timeout is None:
         with entered(context), scope(context):
             return _awaited(action(context))

@@ -3,6 +3,7 @@
 - :mod:`~.decisions`: what happens next (pure functions of definition and record);
 - :mod:`~.records`: the step writes and events each decision commits;
 - :mod:`~.effects`: what a flow asks its driver to do;
+- :mod:`~.targets`: what a ``Call`` runs, named as data (the driver holds the code);
 - :mod:`~.attempts`, :mod:`~.forward`, :mod:`~.unwind`:
   the flows, generators that yield effects and receive their results;
 - :class:`~.core.Engine`: the flows and verbs of one coordinator.

@@ -20,7 +20,6 @@ from saga._internal.context import StepContext
 from saga._internal.engine import records
 from saga._internal.engine.decisions import Cursor
 from saga._internal.engine.effects import (
-    Action,
     Call,
     Flow,
     Recorded,
@@ -30,6 +29,7 @@ from saga._internal.engine.effects import (
     write,
 )
 from saga._internal.engine.fault_points import fault
+from saga._internal.engine.targets import Target
 from saga._internal.policy import RetryPolicy
 from saga._internal.ports import Event, SagaRecord, StepRecord
 from saga._internal.result_types import Read, lenient_result, typed_result
@@ -61,12 +61,12 @@ def attempts(
     attempt: int,
     policy: RetryPolicy,
     timeout: float | None,
-    action: Action,
+    target: Target,
     data: Any = None,
     transactional: bool = False,
     payload_limit: int = 0,
 ) -> Flow[Any]:
-    """Run ``action`` until it succeeds or ``policy`` gives up; each retry durable first
+    """Run ``target`` until it succeeds or ``policy`` gives up; each retry durable first
     (attempt ``attempt`` already is). A transactional action's success commits with its
     writes (its result bounded by ``payload_limit``): ``cursor.record`` then shows it.
     The first attempt runs outside tenacity, so that the usual case (it succeeds) costs
@@ -77,7 +77,7 @@ def attempts(
         try:
             return (
                 yield from _attempt(
-                    cursor, name, number, timeout, action, data, payload_limit, transactional
+                    cursor, name, number, timeout, target, data, payload_limit, transactional
                 )
             )
         except Exception as error:
@@ -127,7 +127,7 @@ def _attempt(
     name: str,
     number: int,
     timeout: float | None,
-    action: Action,
+    target: Target,
     data: Any,
     payload_limit: int,
     transactional: bool,
@@ -136,19 +136,19 @@ def _attempt(
     context = context_for(cursor.record, name, number, data)
     if transactional:
         outcome = Recorded(cursor.record, name, payload_limit=payload_limit)
-        result = yield from in_transaction(cursor, context, action, outcome)
+        result = yield from in_transaction(cursor, context, target, outcome)
     else:
-        result = yield Call(action, context, timeout)
+        result = yield Call(target, context, timeout)
     yield from fault("after_action", name)
     return result
 
 
 def in_transaction(
-    cursor: Cursor, context: StepContext, action: Action, outcome: Recorded
+    cursor: Cursor, context: StepContext, target: Target, outcome: Recorded
 ) -> Flow[Any]:
-    """Run ``action`` with ``context.session`` in the transaction that records ``outcome``
+    """Run ``target`` with ``context.session`` in the transaction that records ``outcome``
     (its success, or its compensation done); advance ``cursor``."""
-    result, stop, change = yield Transact(action, context, outcome)
+    result, stop, change = yield Transact(target, context, outcome)
     cursor.record = records.apply(cursor.record, change, stop)
     return result
 

@@ -31,9 +31,10 @@ effect             the driver's answer
 ``RequestCancel``  asks the saga's owner to stop (its guard checked inside
                    the write); answers None
 ``RequestPause``   turns a running saga paused, alike; answers None
-``Call``           runs an action or compensation as the current step (with
-                   a timeout, when it has one); answers its result
-``Transact``       runs an action inside a store transaction that also
+``Call``           runs the function its ``target`` names (data: see
+                   :mod:`~.targets`) as the current step (with a timeout,
+                   when it has one); answers its result
+``Transact``       runs its target inside a store transaction that also
                    commits the change its ``outcome`` (a ``Recorded``: which
                    step, which record) makes of the action's result;
                    answers (result, must stop, the change committed)
@@ -65,6 +66,7 @@ from saga._internal.codec import Encoded, encode_result
 from saga._internal.context import StepContext
 from saga._internal.engine import records
 from saga._internal.engine.decisions import Cursor
+from saga._internal.engine.targets import Target
 from saga._internal.errors import SagaHandedBack
 from saga._internal.policy import RetryPolicy
 from saga._internal.ports import (
@@ -80,9 +82,6 @@ from saga._internal.status import SagaStatus
 
 T = TypeVar("T")
 
-Action = Callable[[StepContext], Any]
-"""A step's action or compensation, as the drivers call it."""
-
 
 class CodeRefs(Protocol):
     """How the engine names a function for another process and finds a stored one
@@ -91,7 +90,9 @@ class CodeRefs(Protocol):
     compensation_retry: RetryPolicy  # for a compensation stored by reference
     compensation_wait_in_place: float
 
-    def resolve(self, ref: str) -> Callable[..., Any]: ...
+    def resolve(self, ref: str) -> Callable[..., Any]:
+        """The function ``ref`` names, or ``UnsafeReferenceError`` (the engine only
+        checks: the driver resolves the reference again to call it)."""
 
     def reference(self, fn: object, role: str) -> str: ...
 
@@ -109,7 +110,7 @@ class Load:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Call:
-    action: Action
+    target: Target
     context: StepContext
     timeout: float | None = None
 
@@ -234,7 +235,7 @@ class Recorded:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Transact:
-    action: Action
+    target: Target
     context: StepContext
     outcome: Recorded
 

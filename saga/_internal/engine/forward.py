@@ -45,6 +45,7 @@ from saga._internal.engine.effects import (
 )
 from saga._internal.engine.fault_points import fault
 from saga._internal.engine.frontier import Frontier
+from saga._internal.engine.targets import Declared, Target
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.policy import RetryPolicy
 from saga._internal.ports import Event, SagaRecord, StepRecord, StepWrite
@@ -216,7 +217,8 @@ class Forward:
         limit, policy = self.payload_limit, step.retry
         if run.budget_from and policy.max_attempts is not None:  # a retry, or a resume
             policy = dataclasses.replace(policy, max_attempts=policy.max_attempts + run.budget_from)
-        flow = branch(cursor, run, policy, step.timeout, step.fn, step.transactional, limit)
+        target = Declared(self.saga.name, self.saga.version, run.name, "action")
+        flow = branch(cursor, run, policy, step.timeout, target, step.transactional, limit)
         return Branch(run.name, flow, cursor, cancellable)
 
     def _asked_to_stop(self, before: SagaRecord, cancel_in_flight: bool) -> Flow[None]:
@@ -358,7 +360,7 @@ def branch(
     run: RunStep,
     policy: RetryPolicy,
     timeout: float | None,
-    action: Callable[..., Any],
+    target: Target,
     transactional: bool,
     payload_limit: int,
 ) -> Flow[Finished]:
@@ -372,7 +374,7 @@ def branch(
             run.attempt,
             policy,
             timeout,
-            action,
+            target,
             data,
             transactional,
             payload_limit,

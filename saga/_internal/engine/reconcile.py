@@ -16,6 +16,7 @@ from saga._internal.definition import Saga, StepFn
 from saga._internal.engine import records
 from saga._internal.engine.attempts import context_for
 from saga._internal.engine.effects import Call, Flow, write
+from saga._internal.engine.targets import Declared
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, PayloadError
 from saga._internal.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga._internal.reconciled import Reconciled
@@ -41,10 +42,10 @@ def ask(saga: Saga, record: SagaRecord, step: StepRecord, payload_limit: int) ->
     declared = saga.by_name(step.name)
     assert declared is not None
     assert declared.reconciler is not None
-    fn = declared.reconciler
+    target = Declared(saga.name, saga.version, step.name, "reconcile")
     context = context_for(record, step.name, step.attempt, decode(record.input))
     try:
-        answer = yield Call(fn, context, declared.timeout)
+        answer = yield Call(target, context, declared.timeout)
     except INFRASTRUCTURE_ERRORS:
         raise
     except Exception:  # noqa: BLE001 - cannot tell is the answer; the event says so

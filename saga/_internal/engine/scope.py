@@ -18,8 +18,7 @@ from saga._internal.codec import MAX_KEY_BYTES, check_name, decode, encode
 from saga._internal.engine import records
 from saga._internal.engine.attempts import StepResults
 from saga._internal.engine.decisions import GiveUp, next_attempt
-from saga._internal.engine.effects import Action, CodeRefs
-from saga._internal.engine.forward import is_async
+from saga._internal.engine.effects import CodeRefs
 from saga._internal.errors import (
     INFRASTRUCTURE_ERRORS,
     DefinitionError,
@@ -80,22 +79,6 @@ def step_call(
     return StepCall(
         fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
     )
-
-
-def bound(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Action:
-    """``fn(*args, **kwargs)`` as a step action; an async ``fn`` stays a coroutine
-    function, so the async driver awaits it on the loop (and can time it out)."""
-    if is_async(fn):
-
-        async def run_async(_context: Any) -> Any:
-            return await fn(*args, **kwargs)
-
-        return run_async
-
-    def run(_context: Any) -> Any:
-        return fn(*args, **kwargs)
-
-    return run
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

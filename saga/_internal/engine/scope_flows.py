@@ -13,7 +13,6 @@ from saga._internal.engine import records, rules, unwind
 from saga._internal.engine.decisions import Cursor, RunStep
 from saga._internal.engine.effects import (
     WAIT,
-    Action,
     Branch,
     CancelInFlight,
     Claim,
@@ -31,7 +30,8 @@ from saga._internal.engine.effects import (
 from saga._internal.engine.fault_points import fault
 from saga._internal.engine.forward import branch, is_async
 from saga._internal.engine.group import Group, Member
-from saga._internal.engine.scope import PlannedStep, ScopeCore, StepCall, bound
+from saga._internal.engine.scope import PlannedStep, ScopeCore, StepCall
+from saga._internal.engine.targets import Target
 from saga._internal.errors import OperationRefusedError, SagaFailed
 from saga._internal.failure import raise_from_block
 from saga._internal.ports import Event, SagaRecord
@@ -66,14 +66,15 @@ class ScopeFlows:
         core.holding = yield Hold(record, lasting=True)
         return None
 
-    def call(self, call: StepCall, action: Action) -> Flow[Any]:
+    def call(self, call: StepCall, target: Target) -> Flow[Any]:
         """``s.step(...)``: plan the call; its recorded result if a run before this one
-        did it, else run it as the next step."""
+        did it, else run it (``target``: the function the face handed its driver) as the
+        next step."""
         core = self.core
         planned = core.plan(call)
         if planned is None:
             return core.result
-        return (yield from self.step(planned, action, call.timeout))
+        return (yield from self.step(planned, target, call.timeout))
 
     def leave(self, error: BaseException | None) -> Flow[None]:
         """Leaving the block: the saga completed, or (with ``error``, or after a failed
@@ -85,7 +86,7 @@ class ScopeFlows:
         elif core.unwinds(error):
             raise_from_block((yield from self.unwind(error)), error)
 
-    def step(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
+    def step(self, planned: PlannedStep, target: Target, timeout: float | None) -> Flow[Any]:
         """``s.step(...)``: make its start durable, run its attempts, record its success."""
         core = self.core
         reason = core.gave_up(planned)
@@ -94,7 +95,7 @@ class ScopeFlows:
             name = planned.template.name
             raise (yield from unwind.fail(self.resolver, core.record, name, reason, None))
         yield from self._begin(planned)
-        return (yield from self._run(planned, action, timeout))
+        return (yield from self._run(planned, target, timeout))
 
     def _begin(self, *group: PlannedStep) -> Flow[None]:
         """Make the start of the step(s) durable (creating the saga with the first ones)."""
@@ -125,7 +126,7 @@ class ScopeFlows:
         core.record = records.apply(record, change)
         core.holding = yield Hold(core.record, lasting=True)
 
-    def _run(self, planned: PlannedStep, action: Action, timeout: float | None) -> Flow[Any]:
+    def _run(self, planned: PlannedStep, target: Target, timeout: float | None) -> Flow[Any]:
         core = self.core
         assert core.record is not None
         name = planned.template.name
@@ -133,7 +134,7 @@ class ScopeFlows:
         transactional = planned.template.transactional
         run = RunStep(name, planned.attempt)
         flow = branch(
-            cursor, run, planned.policy, timeout, action, transactional, core.payload_limit
+            cursor, run, planned.policy, timeout, target, transactional, core.payload_limit
         )
         finished = yield from flow
         core.record = cursor.record
@@ -148,9 +149,12 @@ class ScopeFlows:
         yield from fault("after_success_commit", name)
         return finished.result
 
-    def parallel(self, calls: Sequence[StepCall]) -> Flow[list[Any]]:
+    def parallel(
+        self, calls: Sequence[StepCall], targets: Sequence[Target | None]
+    ) -> Flow[list[Any]]:
         """``s.parallel(...)``: the calls' starts in one commit, then all at once; each
-        completion its own commit (see :mod:`saga._internal.engine.group`)."""
+        completion its own commit (see :mod:`saga._internal.engine.group`). ``targets``:
+        what runs each call (the functions the face handed its driver, in order)."""
         core = self.core
         group = Group(core, calls)
         if not group.members:
@@ -160,7 +164,7 @@ class ScopeFlows:
             assert core.record is not None
             raise (yield from unwind.fail(self.resolver, core.record, *gave_up, None))
         yield from self._begin(*group.planned())
-        yield Launch(tuple(self._branch(member) for member in group.members))
+        yield Launch(tuple(self._branch(member, targets[member.index]) for member in group.members))
         left = len(group.members)
         while left:
             waited = yield WAIT
@@ -172,19 +176,19 @@ class ScopeFlows:
             raise group.first_error()
         return group.results
 
-    def _branch(self, member: Member) -> Branch:
+    def _branch(self, member: Member, target: Target | None) -> Branch:
         core = self.core
         assert core.record is not None
+        assert target is not None  # a member is a call: the face handed its function
         call, planned = member.call, member.planned
         member.cursor = Cursor(core.record)
         run = RunStep(member.name, planned.attempt)
-        action = bound(call.fn, call.args, call.kwargs)
         flow = branch(
             member.cursor,
             run,
             planned.policy,
             call.timeout,
-            action,
+            target,
             planned.template.transactional,
             core.payload_limit,
         )

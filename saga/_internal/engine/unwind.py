@@ -15,8 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT, decode
-from saga._internal.context import StepContext
+from saga._internal.codec import DEFAULT_PAYLOAD_LIMIT
 from saga._internal.definition import Saga
 from saga._internal.engine import reconcile, records
 from saga._internal.engine.attempts import (
@@ -37,7 +36,6 @@ from saga._internal.engine.decisions import (
 )
 from saga._internal.engine.effects import (
     DRAINING,
-    Action,
     Call,
     CodeRefs,
     Flow,
@@ -49,6 +47,7 @@ from saga._internal.engine.effects import (
     write,
 )
 from saga._internal.engine.fault_points import fault
+from saga._internal.engine.targets import Declared, Referenced, Target
 from saga._internal.errors import INFRASTRUCTURE_ERRORS, SagaFailed, SagaHandedBack
 from saga._internal.failure import compensation_failed
 from saga._internal.policy import RetryPolicy
@@ -266,7 +265,7 @@ def _budget(policy: RetryPolicy, used: int, step: StepRecord) -> int | None:
     return policy.max_attempts + (step.undo_attempt - used)
 
 
-def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Action) -> Flow[bool]:
+def _undo_attempt(cursor: _Undoing, step: StepRecord, call: Target) -> Flow[bool]:
     """One attempt of ``step``'s compensation, its start durable first (with the error of
     the attempt before, if that one failed). True when the compensation is transactional:
     its "compensated" record then committed with its own writes."""
@@ -323,21 +322,17 @@ def _exhausted(
 
 def compensation(
     resolver: CodeRefs, record: SagaRecord, step: StepRecord, saga: Saga | None
-) -> tuple[Action | None, RetryPolicy]:
-    """Step ``step``'s compensation and its retry policy (None: nothing to call)."""
+) -> tuple[Target | None, RetryPolicy]:
+    """What runs as step ``step``'s compensation, and its retry policy (None: nothing to
+    call). A stored reference is checked here (``UnsafeReferenceError`` before anything
+    runs); the driver finds the function again to call it."""
     if record.kind == "declarative":
         assert saga is not None
         declared = saga.by_name(step.name)
         if declared is None or declared.undo is None:
             return None, declared.undo_retry if declared else RetryPolicy()
-        undo = declared.undo
-        return (lambda context: undo(context)), declared.undo_retry
+        return Declared(saga.name, saga.version, step.name, "undo"), declared.undo_retry
     if step.compensation_ref is None:
         return None, RetryPolicy()
-    function = resolver.resolve(step.compensation_ref)
-    args = decode(step.args) or {"args": [], "kwargs": {}}
-
-    def undo_call(context: StepContext) -> Any:
-        return function(context.result, *args["args"], **args["kwargs"])
-
-    return undo_call, resolver.compensation_retry
+    resolver.resolve(step.compensation_ref)
+    return Referenced(step.compensation_ref, step.args), resolver.compensation_retry
