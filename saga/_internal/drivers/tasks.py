@@ -45,7 +45,7 @@ class TaskDriver:
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Tasks], Awaitable[Any]]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(*threads.given(effect), effect.timeout, scope),
+            fx.Call: lambda effect, _: call(*threads.resolved(effect), effect.timeout, scope),
             fx.Fault: _fault,
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),

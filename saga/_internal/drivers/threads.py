@@ -69,7 +69,7 @@ class ThreadDriver:
         scope = self.listeners.step_scope
         self._answers: dict[type[Any], Callable[[Any, _Branches], Any]] = {
             fx.Write: lambda effect, _: self.write(effect),
-            fx.Call: lambda effect, _: call(*self.given(effect), effect.timeout, scope),
+            fx.Call: lambda effect, _: call(*self.resolved(effect), effect.timeout, scope),
             fx.Fault: lambda effect, _: faults.point(effect.point, effect.step),
             fx.Load: lambda effect, _: self.store.load(effect.saga_id),
             fx.Create: lambda effect, _: self.create(effect.record, effect.first),
@@ -120,7 +120,7 @@ class ThreadDriver:
         else:
             time.sleep(effect.seconds)
 
-    def given(
+    def resolved(
         self, effect: fx.Call | fx.Transact, session: Any = None
     ) -> tuple[Action, StepContext]:
         """The function ``effect`` names, and its context with this coordinator's
@@ -192,7 +192,7 @@ class ThreadDriver:
         the same transaction; (its result, must the saga stop, the change committed)."""
 
         def work(session: Any) -> Any:
-            return call(*self.given(effect, session), None, self.listeners.step_scope)
+            return call(*self.resolved(effect, session), None, self.listeners.step_scope)
 
         committed: list[Commit] = []
 
