@@ -19,7 +19,7 @@ it updates (:func:`unfold`). SQLite's writer folds nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, insert, literal, null, select, union_all, update
@@ -40,8 +40,9 @@ def folds(change: Commit) -> tuple[list[tuple[int | None, int | None]], list[int
     folded: dict[int, int] = {}  # event position -> step write index
     started: list[int | None] = [None] * len(change.steps)
     finished: list[int | None] = [None] * len(change.steps)
+    writes = _by_attempt(change.steps)
     for position, event in enumerate(change.events, 1):
-        index = _folds_into(event, change.steps)
+        index = _folds_into(event, writes.get((event.step, event.attempt), ()), change.steps)
         if index is None:
             continue
         slots = started if event.kind == STARTED else finished
@@ -52,21 +53,31 @@ def folds(change: Commit) -> tuple[list[tuple[int | None, int | None]], list[int
     return list(zip(started, finished, strict=True)), rows
 
 
-def _folds_into(event: Event, writes: Sequence[StepWrite]) -> int | None:
-    """The index of the step write ``event`` can fold into, if any: a start without
-    detail, of the attempt the write stamps started; a success without detail, of the
-    attempt an update stamps finished and succeeded (a new row's finish time is not
-    stamped: a row is inserted started)."""
+def _by_attempt(writes: Sequence[StepWrite]) -> dict[tuple[str | None, int | None], list[int]]:
+    """The indexes of ``writes`` by step name and attempt, in order: a commit of a large
+    saga's parallel steps holds many writes and as many events, so each event looks up
+    its own writes instead of reading them all."""
+    found: dict[tuple[str | None, int | None], list[int]] = {}
+    for index, write in enumerate(writes):
+        found.setdefault((write.step.name, write.step.attempt), []).append(index)
+    return found
+
+
+def _folds_into(event: Event, candidates: Iterable[int], writes: Sequence[StepWrite]) -> int | None:
+    """The index, among ``candidates`` (the writes of the event's step and attempt), of
+    the step write ``event`` can fold into, if any: a start without detail, into a write
+    that stamps the step started; a success without detail, into an update that stamps
+    it finished and succeeded (a new row's finish time is not stamped: a row is inserted
+    started)."""
     if event.detail is not None or event.kind not in (STARTED, SUCCEEDED):
         return None
     started = event.kind == STARTED
-    for index, write in enumerate(writes):
-        step = write.step
-        if step.name != event.step or step.attempt != event.attempt:
-            continue
+    for index in candidates:
+        write = writes[index]
         if started and write.stamp == "started":
             return index
-        if write.stamp == "finished" and not write.new and step.status is StepStatus.SUCCEEDED:
+        succeeded = write.step.status is StepStatus.SUCCEEDED
+        if write.stamp == "finished" and not write.new and succeeded:
             return index
     return None
 

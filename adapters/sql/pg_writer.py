@@ -87,9 +87,10 @@ def _names(columns: _Columns) -> str:
 
 
 def _unnest(prefix: str, columns: _Columns) -> str:
-    """``unnest(%(p_a)s::int[], ...) AS v(a, ...)``: one array parameter per column, so
-    the SQL text is the same whatever the number of rows."""
-    arrays = ", ".join(f"%({prefix}_{name})s::{kind}[]" for name, kind in columns)
+    """``unnest(%(p_a)b::int[], ...) AS v(a, ...)``: one array parameter per column, so
+    the SQL text is the same whatever the number of rows. The arrays travel in binary
+    (``%b``): as text, psycopg searches every element for characters to quote."""
+    arrays = ", ".join(f"%({prefix}_{name})b::{kind}[]" for name, kind in columns)
     return f"unnest({arrays}) AS v({_names(columns)})"
 
 
@@ -230,7 +231,7 @@ def _updates(count: int) -> list[str]:
     One text for the rows, so that a commit's statement stays under the 4,096 characters
     past which psycopg parses its text again on every execution."""
     if count > SMALL:
-        rows, seqs = _unnest("u", _UPDATE_COLUMNS), "%(u_seq)s::int[]"
+        rows, seqs = _unnest("u", _UPDATE_COLUMNS), "%(u_seq)b::int[]"
     else:
         rows, seqs = _values("u", _UPDATE_COLUMNS, count), _update_seqs(count)
     return [_update_rows(rows), _unfolding(seqs), _step_updates(seqs)]

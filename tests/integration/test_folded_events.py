@@ -33,6 +33,14 @@ def ship(ctx: StepContext) -> str:
     return "s"
 
 
+FAN = Saga("folded-fan", max_concurrency=8)
+FAN.step(name="root")(reserve)
+BRANCHES = [f"branch{i}" for i in range(6)]  # started by one commit: more than SMALL rows
+for branch in BRANCHES:
+    FAN.step(name=branch, after=("root",))(charge)
+FAN.step(name="join", after=tuple(BRANCHES))(ship)
+
+
 def _event_rows(url: str, saga_id: str) -> list[tuple[object, ...]]:
     engine = sqlalchemy.create_engine(url)
     try:
@@ -82,6 +90,17 @@ def test_a_happy_saga_leaves_as_event_rows_only_what_its_step_rows_cannot_say(
         ("step_succeeded", "ship"),
         ("saga_completed", None),
     ]
+    assert [row[2] for row in _event_rows(pg_url, done.id)] == ["saga_started", "saga_completed"]
+
+
+def test_parallel_steps_fold_each_event_into_its_own_step_row(pg_url: str) -> None:
+    with Coordinator(pg_url) as coord:
+        done = coord.run(FAN, key="k")
+        assert done.status is SagaStatus.COMPLETED
+        history = coord.history(done.id)
+    for name in ["root", *BRANCHES, "join"]:
+        kinds = [e.kind for e in history if e.step == name]
+        assert kinds == ["step_started", "step_succeeded"], name
     assert [row[2] for row in _event_rows(pg_url, done.id)] == ["saga_started", "saga_completed"]
 
 

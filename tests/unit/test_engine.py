@@ -149,6 +149,15 @@ def test_start_inserts_a_new_step_as_running() -> None:
     assert (write.step.status, write.step.attempt, write.step.seq) == (T.RUNNING, 1, 1)
 
 
+def test_a_record_ahead_finds_its_new_steps_and_the_old_one_does_not() -> None:
+    before = record(step("a", 1, T.SUCCEEDED))
+    assert before.step("a") is not None  # its name index is built and then shared
+    starts = [StepWrite(step(name, seq, T.RUNNING), new=True) for name, seq in (("b", 2), ("c", 3))]
+    later = engine.ahead(before, starts)
+    assert [(s.name, s.seq) for s in map(later.step, "abc") if s] == [("a", 1), ("b", 2), ("c", 3)]
+    assert (before.step("b"), before.step("c")) == (None, None)
+
+
 def test_template_places_a_new_step_after_every_recorded_one() -> None:
     saga = record(step("a", 1, T.SUCCEEDED), step("b", 4, T.SUCCEEDED))
     assert engine.template(saga, "c", StepKind.PIVOT, False).seq == 5

@@ -282,13 +282,17 @@ def _with_steps(
     """
     steps = list(record.steps)
     names = record.names
+    copied = False  # the record's index is shared: copy it once, at the first new step
     for step in written:
         position = step.seq - 1
         if position < len(steps) and steps[position].seq == step.seq:
             steps[position] = step
         elif position == len(steps) and (not steps or steps[-1].seq == step.seq - 1):
             steps.append(step)
-            names = None if names is None else {**names, step.name: position}
+            if names is not None:
+                if not copied:
+                    names, copied = dict(names), True
+                names[step.name] = position
         else:  # seqs with gaps (never written by saga itself): sort, rebuild the index
             by_seq = {s.seq: s for s in steps} | {step.seq: step}
             steps, names = [by_seq[seq] for seq in sorted(by_seq)], None
