@@ -41,6 +41,7 @@ class SqlStore(SagaStore, Protocol):
     engine: Engine
     dialect: Dialect
     retry: RetryPolicy
+    hot: HotPath | None
 
     @property
     def schema_ready(self) -> bool: ...

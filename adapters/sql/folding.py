@@ -12,7 +12,8 @@ finished saga, and two fewer index entries per step (docs/performance.md).
 A folded event must stay what it was. It is written back as a row of its own, with
 its id, before a change to the step row would alter it: a new attempt or a start
 stamped again, a finish stamped again (for the success), or a commit of another
-epoch. PostgreSQL's writer does that inside the commit's statement; the portable path
+epoch. PostgreSQL's writer does that inside the commit's statement (unless the process
+knows there is nothing to write back, :mod:`.fold_memory`); the portable path
 (operators' verbs, transactional steps) writes back every folded event of a step row
 it updates (:func:`unfold`). SQLite's writer folds nothing.
 """

@@ -30,6 +30,7 @@ from saga._internal.ports import Commit, SagaRecord
 from ..threaded_async import ThreadedAsyncStore
 from . import pg_load
 from .dialect import SqlStore
+from .fold_memory import FoldMemory
 from .messages import first_line, pool_exhausted
 from .pg_writer import commit_sql, create_sql
 from .pool_option import DEFAULT_WAIT
@@ -124,10 +125,13 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         connect_args: dict[str, Any],
         pool_size: int = POOL_SIZE,
         pool_wait: float = DEFAULT_WAIT,
+        memory: FoldMemory | None = None,
     ) -> None:
         """``connect_args``: the sync store's (connect_timeout, and prepare_threshold
-        from the URL), so that both sides connect alike."""
+        from the URL), so that both sides connect alike; ``memory``: the sync hot path's
+        (:mod:`.fold_memory`), so that both sides know what either folded."""
         super().__init__(store)
+        self.memory = FoldMemory() if memory is None else memory
         self.store = store
         url = store.engine.url.set(drivername="postgresql")
         self.conninfo = url.render_as_string(hide_password=False)
@@ -138,11 +142,12 @@ class PostgresAsyncStore(ThreadedAsyncStore):
     async def create(
         self, saga: SagaRecord, first: Commit, lease_ttl: float
     ) -> tuple[SagaRecord, bool]:
-        statement, params, prepare = create_sql(saga, first, lease_ttl)
+        statement, params, prepare, slots = create_sql(saga, first, lease_ttl, self.memory)
 
         async def once() -> tuple[SagaRecord, bool]:
             await self._schema()
             if await self._execute(statement, params, prepare) is not None:
+                self.memory.landed(first, slots)
                 faults.answer_to_commit()
                 return saga, True
             # A clash on (name, key), or our own insert whose acknowledgement was lost.
@@ -152,7 +157,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         return await self._retried(once)
 
     async def commit(self, change: Commit) -> bool:
-        statement, params, prepare = commit_sql(change)
+        statement, params, prepare, slots = commit_sql(change, self.memory)
         tries = 0
 
         async def once() -> bool:
@@ -169,6 +174,7 @@ class PostgresAsyncStore(ThreadedAsyncStore):
             row = await self._execute(statement, params, prepare)
             if row is None:
                 raise LeaseLostError(change.saga_id, change.epoch)
+            self.memory.landed(change, slots)
             faults.answer_to_commit()
             return bool(row[0])
 

@@ -33,6 +33,7 @@ from saga._internal.ports import Commit, SagaRecord, StepWrite
 
 from . import folding, pg_load
 from . import tables as t
+from .fold_memory import FoldMemory, Slots
 from .messages import first_line
 from .pg_connections import BROKEN, HotConnections
 from .rows import (
@@ -226,15 +227,18 @@ def _step_updates(seqs: str) -> str:
     )
 
 
-def _updates(count: int) -> list[str]:
-    """The parts updating ``count`` step rows (above SMALL: 'many', bound as arrays).
-    One text for the rows, so that a commit's statement stays under the 4,096 characters
-    past which psycopg parses its text again on every execution."""
+def _updates(count: int, write_back: bool) -> list[str]:
+    """The parts updating ``count`` step rows (above SMALL: 'many', bound as arrays),
+    writing back first the folded events they alter when ``write_back``
+    (:mod:`.fold_memory` tells when it cannot be needed). One text for the rows, so that
+    a commit's statement stays under the 4,096 characters past which psycopg parses its
+    text again on every execution."""
     if count > SMALL:
         rows, seqs = _unnest("u", _UPDATE_COLUMNS), "%(u_seq)b::int[]"
     else:
         rows, seqs = _values("u", _UPDATE_COLUMNS, count), _update_seqs(count)
-    return [_update_rows(rows), _unfolding(seqs), _step_updates(seqs)]
+    unfolding = [_unfolding(seqs)] if write_back else []
+    return [_update_rows(rows), *unfolding, _step_updates(seqs)]
 
 
 _STEP_INSERTS = _step_insert(_unnest("i", _INSERT_COLUMNS))
@@ -262,16 +266,18 @@ _CREATE = (
 
 
 @functools.lru_cache(maxsize=128)
-def statement(head: str, updates: int, inserts: int, events: int, drawn: int = 0) -> str:
+def statement(
+    head: str, updates: int, inserts: int, events: int, drawn: int = 0, write_back: bool = True
+) -> str:
     """The SQL for a commit of this shape (``head`` is the fence: update or create);
     a count above SMALL is written as 'many' and uses the array form. ``drawn``: how
     many event ids it draws (the events written as rows and those folded into steps;
-    above DRAWN, 'many')."""
+    above DRAWN, 'many'); ``write_back``: whether its step updates may alter folded events."""
     parts = [head]
     if updates or inserts or events:
         parts.append(_ids(drawn))
     if updates:
-        parts += _updates(updates)
+        parts += _updates(updates, write_back)
     if inserts > SMALL:
         parts.append(_STEP_INSERTS)
     elif inserts:
@@ -284,25 +290,26 @@ def statement(head: str, updates: int, inserts: int, events: int, drawn: int = 0
 
 
 class Statement(NamedTuple):
-    """A commit's SQL, its parameters, and ``prepare`` as psycopg takes it
-    (:func:`prepared`); unpacked into ``execute_one``'s arguments."""
+    """A commit's SQL, its parameters, ``prepare`` as psycopg takes it (:func:`prepared`),
+    and what it folds into each step write, for :meth:`.FoldMemory.landed`."""
 
     sql: str
     params: dict[str, Any]
     prepare: bool | None
+    slots: Slots
 
 
-def commit_sql(change: Commit) -> Statement:
+def commit_sql(change: Commit, memory: FoldMemory) -> Statement:
     """The statement applying ``change``.
 
     A commit leaves the lease alone (the heartbeat renews it): ``lease_expires_at``
     is indexed, and leaving it unchanged lets PostgreSQL update the row in place
     (a HOT update) instead of adding an entry to every index.
     """
-    return _with_body(_FENCE, change, fence_values(change))
+    return _with_body(_FENCE, change, fence_values(change), memory)
 
 
-def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> Statement:
+def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float, memory: FoldMemory) -> Statement:
     """The statement inserting ``saga`` with its first commit."""
     params: dict[str, Any] = {
         **instance_values(saga),
@@ -310,10 +317,10 @@ def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float) -> Statement:
         "ttl": lease_ttl,
         "token": first.token,
     }
-    return _with_body(_CREATE, first, params)
+    return _with_body(_CREATE, first, params, memory)
 
 
-def _with_body(head: str, change: Commit, params: dict[str, Any]) -> Statement:
+def _with_body(head: str, change: Commit, params: dict[str, Any], memory: FoldMemory) -> Statement:
     slots, rows = folding.folds(change)
     writes = list(zip(change.steps, slots, strict=True))
     updates = [_update_row(w, *slot) for w, slot in writes if not w.new]
@@ -328,8 +335,9 @@ def _with_body(head: str, change: Commit, params: dict[str, Any]) -> Statement:
     _put("e", events, _EVENT_COLUMNS, params)
     counts = (len(updates), len(inserts), len(events))
     drawn = min(len(change.events), DRAWN + 1)
-    sql = statement(head, *(n if n <= SMALL else SMALL + 1 for n in counts), drawn)
-    return Statement(sql, params, prepared(max(counts) > SMALL or drawn > DRAWN))
+    shape = (n if n <= SMALL else SMALL + 1 for n in counts)
+    sql = statement(head, *shape, drawn, bool(updates) and memory.writes_back(change))
+    return Statement(sql, params, prepared(max(counts) > SMALL or drawn > DRAWN), slots)
 
 
 def prepared(with_arrays: bool) -> bool | None:
@@ -381,16 +389,25 @@ class PostgresHotPath:
 
     def __init__(self, connections: HotConnections) -> None:
         self.connections = connections
+        self.memory = FoldMemory()  # shared with the native async store
 
     def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool:
         """Insert the saga with its first commit; False when (name, key) or id clashed."""
-        return execute_one(self.connections, *create_sql(saga, first, lease_ttl)) is not None
+        sql, params, prepare, slots = create_sql(saga, first, lease_ttl, self.memory)
+        if execute_one(self.connections, sql, params, prepare) is None:
+            return False
+        self.memory.landed(first, slots)
+        return True
 
     def commit(self, change: Commit) -> bool | None:
         """Apply ``change``; whether the saga must stop (cancel requested or deadline
         passed), or None when the fence matched nothing."""
-        row = execute_one(self.connections, *commit_sql(change))
-        return None if row is None else bool(row[0])
+        sql, params, prepare, slots = commit_sql(change, self.memory)
+        row = execute_one(self.connections, sql, params, prepare)
+        if row is None:
+            return None
+        self.memory.landed(change, slots)
+        return bool(row[0])
 
     def load(self, saga_id: str) -> SagaRecord | None:
         """The saga with its steps in one statement (:mod:`.pg_load`), or None."""
