@@ -32,7 +32,7 @@ from . import pg_load
 from .dialect import SqlStore
 from .fold_memory import FoldMemory
 from .messages import first_line, pool_exhausted
-from .pg_writer import commit_sql, create_sql
+from .pg_writer import PostgresHotPath, commit_sql, create_sql
 from .pool_option import DEFAULT_WAIT
 from .writes import landed
 
@@ -125,13 +125,13 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         connect_args: dict[str, Any],
         pool_size: int = POOL_SIZE,
         pool_wait: float = DEFAULT_WAIT,
-        memory: FoldMemory | None = None,
     ) -> None:
         """``connect_args``: the sync store's (connect_timeout, and prepare_threshold
-        from the URL), so that both sides connect alike; ``memory``: the sync hot path's
-        (:mod:`.fold_memory`), so that both sides know what either folded."""
+        from the URL), so that both sides connect alike."""
         super().__init__(store)
-        self.memory = FoldMemory() if memory is None else memory
+        # the sync hot path's (:mod:`.fold_memory`): both sides must know what either folded
+        hot = store.hot
+        self.memory = hot.memory if isinstance(hot, PostgresHotPath) else FoldMemory()
         self.store = store
         url = store.engine.url.set(drivername="postgresql")
         self.conninfo = url.render_as_string(hide_password=False)

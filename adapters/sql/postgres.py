@@ -149,10 +149,9 @@ class PostgresDialect:
         connections (:mod:`.pg_async`); the rest of ``store`` in worker threads."""
         assert self._read is not None, "the store's engine is made first"
         size, wait = self._read.size, self._read.wait
-        memory = store.hot.memory if isinstance(store.hot, PostgresHotPath) else None
         if size is None:
-            return PostgresAsyncStore(store, self._read.connect_args, pool_wait=wait, memory=memory)
-        return PostgresAsyncStore(store, self._read.connect_args, size, wait, memory)
+            return PostgresAsyncStore(store, self._read.connect_args, pool_wait=wait)
+        return PostgresAsyncStore(store, self._read.connect_args, size, wait)
 
     def now(self) -> ColumnElement[float]:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.

@@ -8,6 +8,10 @@ import json
 
 import pytest
 import sqlalchemy
+from saga.adapters.sql import SqlSagaStore
+from saga.adapters.sql.pg_async import PostgresAsyncStore
+from saga.adapters.sql.pg_writer import PostgresHotPath
+from saga.adapters.sql.postgres import PostgresDialect
 
 from saga import Coordinator, Saga, SagaStatus, StepContext
 from saga._internal.ports import EventRecord
@@ -116,3 +120,17 @@ def test_a_downgrade_writes_the_folded_events_back_with_their_ids_and_times(
     assert invoke(pg_url, "db", "upgrade").exit_code == 0
     with Coordinator(pg_url) as coord:
         assert coord.history(saga_id) == history
+
+
+def test_the_native_async_store_shares_what_the_hot_path_folded(pg_url: str) -> None:
+    """One memory per store (adapters/sql/fold_memory.py): were the async side's its own,
+    a commit made by either side would leave the other's belief about a row stale."""
+    store = SqlSagaStore(pg_url, PostgresDialect())
+    try:
+        native = store.native_async()
+        assert isinstance(native, PostgresAsyncStore)
+        assert isinstance(store.hot, PostgresHotPath)
+        assert native.memory is store.hot.memory
+        assert PostgresAsyncStore(store, {}).memory is store.hot.memory
+    finally:
+        store.close()
