@@ -1,4 +1,4 @@
-"""A step's start and success events, folded into its row (schema revision 0006).
+"""Events folded into the rows that say what they say (schema revisions 0006, 0007).
 
 Of a happy 3-step saga's 8 history events, 6 are a step's ``step_started`` and
 ``step_succeeded``, and the step row says everything they say: the step's name and
@@ -16,28 +16,94 @@ epoch. PostgreSQL's writer does that inside the commit's statement (unless the p
 knows there is nothing to write back, :mod:`.fold_memory`); the portable path
 (operators' verbs, transactional steps) writes back every folded event of a step row
 it updates (:func:`unfold`). SQLite's writer folds nothing.
+
+A saga's ``saga_started`` and ``saga_completed`` fold into its own row the same way
+(revision 0007; :func:`saga_folds`): the two event rows a finished saga kept are gone
+too. Nothing ever alters what they say, so they are never written back: the start's
+time is ``created_at``, its epoch the first (1: every saga is created at it), and the
+module it names (``started_module``) is set once; the completion has its own time
+(``finished_at``), and its epoch is the row's, which only a claim changes, and a
+completed saga is never claimed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Select, and_, insert, literal, null, select, union_all, update
+from sqlalchemy import (
+    Connection,
+    Select,
+    and_,
+    case,
+    insert,
+    literal,
+    null,
+    select,
+    union_all,
+    update,
+)
 
 from saga._internal.ports import Commit, Event, EventRecord, StepWrite
-from saga._internal.status import StepStatus
+from saga._internal.status import SagaStatus, StepStatus
 
 from . import tables as t
 from .rows import event_record
 
 STARTED, SUCCEEDED = "step_started", "step_succeeded"
+SAGA_STARTED, SAGA_COMPLETED = "saga_started", "saga_completed"
+_FIRST_EPOCH = 1
 
 
-def folds(change: Commit) -> tuple[list[tuple[int | None, int | None]], list[int]]:
+class SagaFolds(NamedTuple):
+    """Where a commit's saga start and completion fold into the saga row: their positions
+    (1-based, in ``change.events``; None: not folded) and the module the start names."""
+
+    start: int | None = None
+    module: str | None = None
+    finish: int | None = None
+
+
+NOTHING_INTO_SAGA = SagaFolds()
+
+
+def saga_folds(change: Commit, creates: bool) -> SagaFolds:
+    """What of ``change`` folds into its saga row: the start of a saga it ``creates`` (at
+    the first epoch, naming no module or a plain one), the completion of a saga it
+    completes (without detail)."""
+    starts = creates and change.epoch == _FIRST_EPOCH
+    completes = change.status is SagaStatus.COMPLETED
+    if not (starts or completes):  # most commits: nothing to look for
+        return NOTHING_INTO_SAGA
+    start = module = finish = None
+    for position, event in enumerate(change.events, 1):
+        if event.kind == SAGA_STARTED and starts and start is None:
+            foldable, named = _named_module(event.detail)
+            start, module = (position, named) if foldable else (None, None)
+        elif event.kind == SAGA_COMPLETED and completes and event.detail is None:
+            finish = position if finish is None else finish
+    return SagaFolds(start, module, finish)
+
+
+def _named_module(detail: dict[str, Any] | None) -> tuple[bool, str | None]:
+    """Whether a start's ``detail`` folds, and the module it names: none, or a module
+    name alone (ASCII identifiers and dots, so that :func:`_start_detail` writes its JSON
+    exactly as the writer would)."""
+    if detail is None:
+        return True, None
+    module = detail.get("module")
+    if detail.keys() != {"module"} or not isinstance(module, str) or not module.isascii():
+        return False, None
+    return all(part.isidentifier() for part in module.split(".")), module
+
+
+def folds(
+    change: Commit, saga: SagaFolds = NOTHING_INTO_SAGA
+) -> tuple[list[tuple[int | None, int | None]], list[int]]:
     """Which of ``change``'s events fold into which of its step writes: for each step
     write, the positions (1-based, in ``change.events``) of its folded start and
-    success events (None: none); and the positions of the events written as rows."""
+    success events (None: none); and the positions of the events written as rows (not
+    those ``saga`` folds into the saga row)."""
     folded: dict[int, int] = {}  # event position -> step write index
     started: list[int | None] = [None] * len(change.steps)
     finished: list[int | None] = [None] * len(change.steps)
@@ -50,7 +116,12 @@ def folds(change: Commit) -> tuple[list[tuple[int | None, int | None]], list[int
         if slots[index] is None:
             slots[index] = position
             folded[position] = index
-    rows = [position for position in range(1, len(change.events) + 1) if position not in folded]
+    into_saga = (saga.start, saga.finish)
+    rows = [
+        position
+        for position in range(1, len(change.events) + 1)
+        if position not in folded and position not in into_saga
+    ]
     return list(zip(started, finished, strict=True)), rows
 
 
@@ -83,6 +154,36 @@ def _folds_into(event: Event, candidates: Iterable[int], writes: Sequence[StepWr
     return None
 
 
+def _start_detail() -> Any:
+    """The folded start's detail as the writer's JSON text: ``{"module": "..."}``."""
+    module = t.instances.c.started_module
+    return case((module.is_(None), null()), else_=literal('{"module": "') + module + '"}')
+
+
+def _saga_folded(saga_id: str) -> tuple[Select[Any], Select[Any]]:
+    """The saga's folded start and completion, as :func:`history` reads event rows."""
+    i = t.instances.c
+    started = _saga_event(i.started_event, i.created_at, SAGA_STARTED, literal(_FIRST_EPOCH))
+    finished = _saga_event(i.finished_event, i.finished_at, SAGA_COMPLETED, i.epoch)
+    return (
+        started.add_columns(_start_detail().label("detail")).where(i.id == saga_id),
+        finished.add_columns(null().label("detail")).where(i.id == saga_id),
+    )
+
+
+def _saga_event(id_column: Any, at_column: Any, kind: str, epoch: Any) -> Select[Any]:
+    i = t.instances.c
+    return select(
+        id_column.label("id"),
+        i.id.label("saga_id"),
+        at_column.label("at"),
+        literal(kind).label("kind"),
+        null().label("step"),
+        null().label("attempt"),
+        epoch.label("epoch"),
+    ).where(id_column.is_not(None))
+
+
 def _folded(id_column: Any, at_column: Any, kind: str) -> Select[Any]:
     s = t.steps.c
     return select(
@@ -106,8 +207,9 @@ def _both_folded() -> tuple[Select[Any], Select[Any]]:
 
 
 def history(connection: Connection, saga_id: str) -> list[EventRecord]:
-    """The saga's history, oldest first: its event rows and its folded events, in one
-    statement (one snapshot: an event written back meanwhile is never seen twice)."""
+    """The saga's history, oldest first: its event rows and its folded events (its steps'
+    and its own), in one statement (one snapshot: an event written back meanwhile is
+    never seen twice)."""
     e = t.events.c
     rows = select(e.id, e.saga_id, e.at, e.kind, e.step, e.attempt, e.epoch, e.detail)
     started, finished = _both_folded()
@@ -116,6 +218,7 @@ def history(connection: Connection, saga_id: str) -> list[EventRecord]:
         rows.where(e.saga_id == saga_id),
         started.where(s.saga_id == saga_id),
         finished.where(s.saga_id == saga_id),
+        *_saga_folded(saga_id),
     ).subquery()
     found = connection.execute(select(every).order_by(every.c.id)).all()
     return [event_record(row) for row in found]

@@ -32,7 +32,8 @@ from . import pg_load
 from .dialect import SqlStore
 from .fold_memory import FoldMemory
 from .messages import first_line, pool_exhausted
-from .pg_writer import PostgresHotPath, commit_sql, create_sql
+from .pg_hot import PostgresHotPath
+from .pg_writer import commit_sql, create_sql
 from .pool_option import DEFAULT_WAIT
 from .writes import landed
 

@@ -18,7 +18,8 @@ from . import tables as t
 from .messages import clash_not_found
 from .rows import saga_record, step_record
 
-_INSTANCE = tuple(column.name for column in t.instances.c)
+# Not the folded start and completion: only the history reads them (folding.py).
+_INSTANCE = tuple(c.name for c in t.instances.c if c.name not in t.INSTANCE_FOLD_COLUMNS)
 _STEP = tuple(column.name for column in t.steps.c)
 
 _SELECT = (

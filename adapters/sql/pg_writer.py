@@ -24,18 +24,14 @@ import typing
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-import psycopg
 from sqlalchemy import Boolean, Float, Integer, String, Table
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from saga._internal.errors import StorageError, StorageUnavailableError
 from saga._internal.ports import Commit, SagaRecord, StepWrite
 
-from . import folding, pg_load
+from . import folding
 from . import tables as t
 from .fold_memory import FoldMemory, Slots
-from .messages import first_line
-from .pg_connections import BROKEN, HotConnections
 from .rows import (
     EVENT_COLUMNS,
     INSTANCE_COLUMNS,
@@ -244,23 +240,35 @@ def _updates(count: int, write_back: bool) -> list[str]:
 _STEP_INSERTS = _step_insert(_unnest("i", _INSERT_COLUMNS))
 _EVENT_INSERTS = _event_insert(_unnest("e", _EVENT_COLUMNS))
 
-_FENCE = (
-    f"fence AS (UPDATE saga_instances SET updated_at = {_NOW}, commit_token = %(token)s, "
-    "lease_expires_at = CASE WHEN %(release)s::bool "
-    f"THEN {_NOW} + %(release_for)s::float8 ELSE lease_expires_at END, "
-    "owner = CASE WHEN %(release)s::bool THEN NULL ELSE owner END, "
-    "status = COALESCE(%(status)s::text, status), error = COALESCE(%(error)s::text, error) "
-    "WHERE id = %(id)s AND epoch = %(epoch)s::int "
-    "RETURNING cancel_requested OR status = 'paused' "
-    f"OR COALESCE(deadline < {_NOW}, false) AS stop)"
-)
 
+def _fence(finishes: bool) -> str:
+    """The fenced update of the saga row; ``finishes``: with the saga's completion folded
+    into it (:func:`.folding.saga_folds`)."""
+    folded = f"finished_event = {_id_at('%(finish_n)s::int')}, finished_at = {_NOW}, "
+    return (
+        f"fence AS (UPDATE saga_instances SET {folded if finishes else ''}"
+        f"updated_at = {_NOW}, commit_token = %(token)s, "
+        "lease_expires_at = CASE WHEN %(release)s::bool "
+        f"THEN {_NOW} + %(release_for)s::float8 ELSE lease_expires_at END, "
+        "owner = CASE WHEN %(release)s::bool THEN NULL ELSE owner END, "
+        "status = COALESCE(%(status)s::text, status), error = COALESCE(%(error)s::text, error) "
+        "WHERE id = %(id)s AND epoch = %(epoch)s::int "
+        "RETURNING cancel_requested OR status = 'paused' "
+        f"OR COALESCE(deadline < {_NOW}, false) AS stop)"
+    )
+
+
+_FENCE, _FENCE_FINISHING = _fence(False), _fence(True)
+
+# A new saga row, with its start folded into it (NULLs when it is not).
 _CREATE = (
     f"fence AS (INSERT INTO saga_instances ({_names(_INSTANCE_COLUMNS)}, "
-    "deadline, created_at, updated_at, lease_expires_at, commit_token) "
+    "deadline, created_at, updated_at, lease_expires_at, commit_token, "
+    "started_event, started_module) "
     f"VALUES ({', '.join(f'%({name})s::{kind}' for name, kind in _INSTANCE_COLUMNS)}, "
     f"{_NOW} + %(deadline)s::float8, {_NOW}, "
-    f"{_NOW}, {_NOW} + %(ttl)s::float8, %(token)s) "
+    f"{_NOW}, {_NOW} + %(ttl)s::float8, %(token)s, "
+    f"{_id_at('%(start_n)s::int')}, %(module)s::text) "
     "ON CONFLICT DO NOTHING RETURNING false AS stop)"
 )
 
@@ -272,10 +280,10 @@ def statement(
     """The SQL for a commit of this shape (``head`` is the fence: update or create);
     a count above SMALL is written as 'many' and uses the array form. ``drawn``: how
     many event ids it draws (the events written as rows and those folded into steps;
-    above DRAWN, 'many'); ``write_back``: whether its step updates may alter folded events."""
-    parts = [head]
-    if updates or inserts or events:
-        parts.append(_ids(drawn))
+    above DRAWN, 'many'); ``write_back``: whether its step updates may alter folded events.
+    The event ids are drawn first: the head may fold the saga's start or completion."""
+    parts = [_ids(drawn)] if drawn or updates or inserts or events or head != _FENCE else []
+    parts.append(head)
     if updates:
         parts += _updates(updates, write_back)
     if inserts > SMALL:
@@ -306,7 +314,9 @@ def commit_sql(change: Commit, memory: FoldMemory) -> Statement:
     is indexed, and leaving it unchanged lets PostgreSQL update the row in place
     (a HOT update) instead of adding an entry to every index.
     """
-    return _with_body(_FENCE, change, fence_values(change), memory)
+    folds = folding.saga_folds(change, creates=False)
+    params = {**fence_values(change), "finish_n": folds.finish}
+    return _with_body(_FENCE_FINISHING if folds.finish else _FENCE, change, params, memory, folds)
 
 
 def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float, memory: FoldMemory) -> Statement:
@@ -317,11 +327,19 @@ def create_sql(saga: SagaRecord, first: Commit, lease_ttl: float, memory: FoldMe
         "ttl": lease_ttl,
         "token": first.token,
     }
-    return _with_body(_CREATE, first, params, memory)
+    folds = folding.saga_folds(first, creates=True)
+    params.update(start_n=folds.start, module=folds.module)
+    return _with_body(_CREATE, first, params, memory, folds)
 
 
-def _with_body(head: str, change: Commit, params: dict[str, Any], memory: FoldMemory) -> Statement:
-    slots, rows = folding.folds(change)
+def _with_body(
+    head: str,
+    change: Commit,
+    params: dict[str, Any],
+    memory: FoldMemory,
+    saga: folding.SagaFolds,
+) -> Statement:
+    slots, rows = folding.folds(change, saga)
     writes = list(zip(change.steps, slots, strict=True))
     updates = [_update_row(w, *slot) for w, slot in writes if not w.new]
     inserts = [(*_step_cells(step_values(w.step)), slot[0]) for w, slot in writes if w.new]
@@ -382,65 +400,3 @@ _event_cells = operator.itemgetter(*EVENT_COLUMNS[1:])
 def _update_row(write: StepWrite, start_n: int | None, finish_n: int | None) -> tuple[Any, ...]:
     stamps = (write.stamp == "started", write.stamp == "finished", start_n, finish_n)
     return typing.cast("tuple[Any, ...]", _step_update_cells(step_values(write.step))) + stamps
-
-
-class PostgresHotPath:
-    """Saga creation and commits as single statements on autocommit connections."""
-
-    def __init__(self, connections: HotConnections) -> None:
-        self.connections = connections
-        self.memory = FoldMemory()  # shared with the native async store
-
-    def create(self, saga: SagaRecord, first: Commit, lease_ttl: float) -> bool:
-        """Insert the saga with its first commit; False when (name, key) or id clashed."""
-        sql, params, prepare, slots = create_sql(saga, first, lease_ttl, self.memory)
-        if execute_one(self.connections, sql, params, prepare) is None:
-            return False
-        self.memory.landed(first, slots)
-        return True
-
-    def commit(self, change: Commit) -> bool | None:
-        """Apply ``change``; whether the saga must stop (cancel requested or deadline
-        passed), or None when the fence matched nothing."""
-        sql, params, prepare, slots = commit_sql(change, self.memory)
-        row = execute_one(self.connections, sql, params, prepare)
-        if row is None:
-            return None
-        self.memory.landed(change, slots)
-        return bool(row[0])
-
-    def load(self, saga_id: str) -> SagaRecord | None:
-        """The saga with its steps in one statement (:mod:`.pg_load`), or None."""
-        row = execute_one(self.connections, pg_load.LOAD, {"id": saga_id})
-        return None if row is None else pg_load.saga_of(row)
-
-    def find(self, name: str, key: str) -> SagaRecord | None:
-        """The saga ``name`` ran under ``key``, with its steps, in one statement."""
-        row = execute_one(self.connections, pg_load.FIND, {"name": name, "key": key})
-        return None if row is None else pg_load.saga_of(row)
-
-    def clash(self, saga: SagaRecord) -> tuple[SagaRecord, bool]:
-        """What ``saga``'s creation clashed with, in one statement (as ``writes.clash``
-        answers it in a transaction of four): ours (created), or the existing saga."""
-        row = execute_one(self.connections, pg_load.CLASH, pg_load.clash_params(saga))
-        return pg_load.clashed_with(row, saga)
-
-    def close(self) -> None:
-        self.connections.close()
-
-
-def execute_one(
-    connections: HotConnections, statement: str, params: dict[str, Any], prepare: bool | None = None
-) -> Any:
-    """Run one statement on a connection of ``connections``; return its first row (or
-    None). ``prepare`` as psycopg takes it (None: prepared once used a few times).
-    Driver errors become saga's: a broken connection is closed and reported as
-    ``StorageUnavailableError`` (retried by the store)."""
-    try:
-        with connections.cursor() as cursor:
-            cursor.execute(statement, params, prepare=prepare)
-            return cursor.fetchone()
-    except BROKEN as error:
-        raise StorageUnavailableError(first_line(error)) from error
-    except psycopg.Error as error:
-        raise StorageError(first_line(error)) from error

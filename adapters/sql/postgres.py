@@ -25,7 +25,7 @@ from saga._internal.ports import AsyncSagaStore
 from .dialect import SqlStore
 from .pg_async import PostgresAsyncStore
 from .pg_connections import HotConnections
-from .pg_writer import PostgresHotPath
+from .pg_hot import PostgresHotPath
 from .pool_option import DEFAULT_WAIT, PoolOptions, pool_options
 from .revisions import SCHEMA_LOCK_KEY
 

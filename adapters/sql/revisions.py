@@ -26,6 +26,7 @@ REVISIONS: tuple[tuple[str, str], ...] = (
     ("0004", "saga_instances.trace_context"),
     ("0005", "saga_owners: how a claimer tells that an owner died"),
     ("0006", "a step's start and success events folded into its row"),
+    ("0007", "a saga's start and completion events folded into its row"),
 )
 """Every revision this release knows, oldest first, with what it does."""
 

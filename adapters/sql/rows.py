@@ -27,7 +27,9 @@ def _filled(table: Table, *by_writer: str) -> tuple[str, ...]:
 
 
 INSTANCE_COLUMNS = _filled(
-    t.instances, "created_at", "updated_at", "lease_expires_at", "deadline", "commit_token", "error"
+    t.instances,
+    *("created_at", "updated_at", "lease_expires_at", "deadline", "commit_token", "error"),
+    *t.INSTANCE_FOLD_COLUMNS,
 )
 """The columns of a new saga row that :func:`instance_values` fills. Its deadline is
 relative until then (seconds from the database's now); a new saga has no error."""

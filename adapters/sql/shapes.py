@@ -103,6 +103,15 @@ SHAPES: Mapping[str, Mapping[str, frozenset[str]]] = {
         LEGACY_TABLE: _LEGACY,
         "saga_owners": _OWNERS,
     },
+    "0007": {
+        "saga_instances": _INSTANCES_1
+        | {"fingerprint", "trace_context"}
+        | {"started_event", "started_module", "finished_event", "finished_at"},
+        "saga_steps": _STEPS_1 | {"commit_token", "started_event", "finished_event", "fold_epoch"},
+        "saga_events": _EVENTS,
+        LEGACY_TABLE: _LEGACY,
+        "saga_owners": _OWNERS,
+    },
 }
 """The columns each revision's tables have: what ``saga db upgrade`` expects to find."""
 

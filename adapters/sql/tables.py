@@ -56,6 +56,13 @@ class SagaInstanceRow(SQLModel, table=True):
     commit_token: str | None = None
     fingerprint: str | None = None
     trace_context: str | None = None
+    # The saga's start and completion events, folded into this row (revision 0007): the
+    # ids they hold in the history's order, the module the start names, the completion's
+    # time. See folding.py.
+    started_event: int | None = Field(default=None, sa_type=BigInteger)
+    started_module: str | None = None
+    finished_event: int | None = Field(default=None, sa_type=BigInteger)
+    finished_at: float | None = None
 
 
 class SagaStepRow(SQLModel, table=True):
@@ -138,6 +145,8 @@ class SagaOwnerRow(SQLModel, table=True):
 FOLD_COLUMNS = ("started_event", "finished_event", "fold_epoch")
 """The step row's columns that hold its folded events (only PostgreSQL's writer fills
 them; read by the history and nothing else)."""
+INSTANCE_FOLD_COLUMNS = ("started_event", "started_module", "finished_event", "finished_at")
+"""The saga row's columns that hold its folded start and completion (the same)."""
 
 
 def _table(model: type[SQLModel]) -> Table:

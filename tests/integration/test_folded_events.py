@@ -1,6 +1,7 @@
-"""A step's start and success events folded into its row on PostgreSQL (schema revision
-0006, adapters/sql/folding.py): what is left as event rows, and a downgrade that writes
-the folded events back in their places."""
+"""Events folded into the rows that say what they say, on PostgreSQL (adapters/sql/
+folding.py): a step's start and success into its row (schema revision 0006), a saga's
+start and completion into its own (0007); what is left as event rows, and a downgrade
+that writes the folded events back in their places."""
 
 from __future__ import annotations
 
@@ -10,11 +11,19 @@ import pytest
 import sqlalchemy
 from saga.adapters.sql import SqlSagaStore
 from saga.adapters.sql.pg_async import PostgresAsyncStore
-from saga.adapters.sql.pg_writer import PostgresHotPath
+from saga.adapters.sql.pg_hot import PostgresHotPath
 from saga.adapters.sql.postgres import PostgresDialect
 
-from saga import Coordinator, Saga, SagaStatus, StepContext
-from saga._internal.ports import EventRecord
+from saga import (
+    Coordinator,
+    OperationRefusedError,
+    RetryPolicy,
+    Saga,
+    SagaFailed,
+    SagaStatus,
+    StepContext,
+)
+from saga._internal.ports import Event, EventRecord
 from tests.cli.conftest import invoke
 
 pytestmark = pytest.mark.postgres
@@ -35,6 +44,24 @@ def charge(ctx: StepContext) -> str:
 @ORDER.step()
 def ship(ctx: StepContext) -> str:
     return "s"
+
+
+def one() -> int:
+    return 1
+
+
+FAILING = Saga("folded-failing")
+FAILING.step(name="reserve")(reserve)
+
+
+@reserve.compensation
+def release(ctx: StepContext) -> None:
+    return None
+
+
+@FAILING.step(retry=RetryPolicy(max_attempts=1))
+def refuse(ctx: StepContext) -> None:
+    raise ValueError("no")
 
 
 FAN = Saga("folded-fan", max_concurrency=8)
@@ -84,6 +111,7 @@ def test_a_happy_saga_leaves_as_event_rows_only_what_its_step_rows_cannot_say(
         done = coord.run(ORDER, key="k")
         assert done.status is SagaStatus.COMPLETED
         history = coord.history(done.id)
+        created_at = coord.get(done.id).created_at
     assert [(e.kind, e.step) for e in history] == [
         ("saga_started", None),
         ("step_started", "reserve"),
@@ -94,7 +122,12 @@ def test_a_happy_saga_leaves_as_event_rows_only_what_its_step_rows_cannot_say(
         ("step_succeeded", "ship"),
         ("saga_completed", None),
     ]
-    assert [row[2] for row in _event_rows(pg_url, done.id)] == ["saga_started", "saga_completed"]
+    assert history[0].detail == {"module": __name__}  # where an operator finds the definition
+    assert history[0].at == created_at
+    assert history[0].epoch == 1
+    assert history[-1].at >= history[-2].at
+    assert history[-1].epoch == 1
+    assert _event_rows(pg_url, done.id) == []
 
 
 def test_parallel_steps_fold_each_event_into_its_own_step_row(pg_url: str) -> None:
@@ -105,7 +138,39 @@ def test_parallel_steps_fold_each_event_into_its_own_step_row(pg_url: str) -> No
     for name in ["root", *BRANCHES, "join"]:
         kinds = [e.kind for e in history if e.step == name]
         assert kinds == ["step_started", "step_succeeded"], name
-    assert [row[2] for row in _event_rows(pg_url, done.id)] == ["saga_started", "saga_completed"]
+    assert _event_rows(pg_url, done.id) == []
+
+
+def test_a_block_saga_folds_its_start_and_completion_too(pg_url: str) -> None:
+    with Coordinator(pg_url) as coord:
+        with coord.saga("folded-block", key="k") as block:
+            block.step(one)
+        done = coord.get(key="k", name="folded-block")
+        assert done.status is SagaStatus.COMPLETED
+        history = coord.history(done.id)
+    assert [e.kind for e in history] == [
+        "saga_started",
+        "step_started",
+        "step_succeeded",
+        "saga_completed",
+    ]
+    assert history[0].detail is None
+    assert _event_rows(pg_url, done.id) == []
+
+
+def test_a_saga_that_does_not_complete_keeps_its_ending_as_a_row(pg_url: str) -> None:
+    """Only a completion folds: a compensated saga's ending says what failed."""
+    with Coordinator(pg_url) as coord:
+        with pytest.raises(SagaFailed):
+            coord.run(FAILING, key="k")
+        failed = coord.list(name="folded-failing")[0]
+        history = coord.history(failed.id)
+    assert history[0].kind == "saga_started"
+    assert history[-1].kind == "saga_compensated"
+    rows = [row[2] for row in _event_rows(pg_url, failed.id)]
+    assert "saga_started" not in rows
+    assert rows[0] == "step_failed"
+    assert rows[-1] == "saga_compensated"
 
 
 def test_a_downgrade_writes_the_folded_events_back_with_their_ids_and_times(
@@ -134,3 +199,18 @@ def test_the_native_async_store_shares_what_the_hot_path_folded(pg_url: str) -> 
         assert PostgresAsyncStore(store, {}).memory is store.hot.memory
     finally:
         store.close()
+
+
+def test_a_completed_saga_is_never_claimed_so_its_folded_completion_keeps_its_epoch(
+    pg_url: str,
+) -> None:
+    """The folded completion reads its epoch from the saga row, which only a claim
+    changes: a claim of a completed saga, by an operator or a recoverer, takes nothing."""
+    with Coordinator(pg_url) as coord:
+        done = coord.run(ORDER, key="k")
+        history = coord.history(done.id)
+        with pytest.raises(OperationRefusedError):
+            coord.store.claim(done.id, "operator", 30.0, Event("operator_action"))
+        assert coord.store.claim_expired("recoverer", 30.0, 10) == []
+        assert coord.history(done.id) == history
+        assert coord.get(done.id).epoch == 1

@@ -59,10 +59,16 @@ def test_the_documented_partitioning_keeps_saga_working(pg_url: str) -> None:
             assert connection.exec_driver_sql(unfinished).scalar() == 0
             connection.exec_driver_sql(retire.split(";", 1)[1])  # detach and drop
             connection.commit()
-        # Its history went with the month, but for what its step row holds itself (the
-        # step's start and success, folded into it), which goes with the saga at purge.
+        # Its history went with the month, but for what its rows hold themselves (the
+        # step's start and success, folded into the step row; the saga's start and
+        # completion, into the saga row), which goes with the saga at purge.
         left = [(e.kind, e.step) for e in coord.history(before.id)]
-        assert left == [("step_started", "reserve"), ("step_succeeded", "reserve")]
+        assert left == [
+            ("saga_started", None),
+            ("step_started", "reserve"),
+            ("step_succeeded", "reserve"),
+            ("saga_completed", None),
+        ]
         assert admin.purge(coord, older_than=0.0) == 2
         assert coord.list() == []
         engine.dispose()

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from saga.adapters.sql import SqlSagaStore
-from saga.adapters.sql.pg_writer import execute_one
+from saga.adapters.sql.pg_hot import execute_one
 from saga.adapters.sql.postgres import PostgresDialect
 
 from saga import StorageUnavailableError

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from saga.adapters.sql import SqlSagaStore
 from saga.adapters.sql.pg_async import PostgresAsyncStore
-from saga.adapters.sql.pg_writer import execute_one
+from saga.adapters.sql.pg_hot import execute_one
 from saga.adapters.sql.postgres import PostgresDialect
 
 from saga import (
