@@ -19,10 +19,13 @@ from typing import Any
 from benchmarks.common import (
     W1,
     W2,
+    W3,
+    W4,
     WORKLOADS,
     Budgeted,
     Result,
     Summary,
+    Workload,
     median_ratio,
     server_facts,
     summarise,
@@ -157,27 +160,12 @@ def _check(label: str, value: float | None, passes: Callable[[float], bool], sho
 
 
 def targets(run: Collected) -> list[Target]:
-    pg, lite = "postgresql", "sqlite"
-    found: list[Target] = []
-    for workload in (W1, W2):
-        ratio = run.ratio(pg, workload.key, "saga", "dbos")
-        found.append(
-            _check(
-                f"saga >= 4x DBOS sagas/s, workload {workload.key[1:]} (PostgreSQL)",
-                ratio,
-                lambda v: v >= 4.0,
-                f"{ratio or 0:.2f}x",
-            )
-        )
-    ratio = run.ratio(pg, "w1", "saga", "floor")
-    found.append(
-        _check(
-            "saga >= 50 % of the raw-psycopg floor (n+1 commits), workload 1",
-            ratio,
-            lambda v: v >= 0.5,
-            f"{(ratio or 0) * 100:.0f} %",
-        )
-    )
+    """The open performance issue's targets (round two) this run can check, then the
+    earlier round's that still hold (n+1 commits, the 1M-row scale checks, SQLite)."""
+    pg = "postgresql"
+    found = [_dbos_target(run, workload) for workload in (W1, W2, W4)]
+    floor = ((W1, 0.70, "sequential"), (W3, 0.70, "sequential"), (W2, 0.50, "8 callers"))
+    found += [_floor_target(run, workload, share, how) for workload, share, how in floor]
     for workload in WORKLOADS:
         counted = run.commits.get((pg, workload.key, "saga"))
         commits = counted["commits"] if counted else None
@@ -192,7 +180,7 @@ def targets(run: Collected) -> list[Target]:
                 )
             )
     found.extend(_scale_targets(run.scale))
-    ratio = run.ratio(lite, "w1", "saga", "dbos")
+    ratio = run.ratio("sqlite", "w1", "saga", "dbos")
     found.append(
         _check(
             "SQLite: saga >= 2x DBOS on SQLite, workload 1",
@@ -205,9 +193,9 @@ def targets(run: Collected) -> list[Target]:
     seconds = w5.p50_ms / 1000 if w5 else None
     found.append(
         _check(
-            "100-step saga under 0.2 s (PostgreSQL)",
+            "100-step saga under 0.1 s (PostgreSQL)",
             seconds,
-            lambda v: v < 0.2,
+            lambda v: v < 0.1,
             f"{seconds or 0:.3f} s",
         )
     )
@@ -215,16 +203,39 @@ def targets(run: Collected) -> list[Target]:
     return found
 
 
+_TARGETS_NOTE = (
+    "Performance round two's targets (the open performance issue) this run checks, then "
+    "the earlier round's that still hold. Round two's client CPU, WAL and bytes per saga "
+    "are measured by `python -m benchmarks.where_time_goes`, its async and recovery "
+    "figures by `benchmarks.async_wide` and `benchmarks.recovery` (docs/performance.md)."
+)
+
+
+def _dbos_target(run: Collected, workload: Workload) -> Target:
+    ratio = run.ratio("postgresql", workload.key, "saga", "dbos")
+    label = f"saga >= 6x DBOS sagas/s, workload {workload.key[1:]} (PostgreSQL)"
+    return _check(label, ratio, lambda v: v >= 6.0, f"{ratio or 0:.2f}x")
+
+
+def _floor_target(run: Collected, workload: Workload, share: float, how: str) -> Target:
+    ratio = run.ratio("postgresql", workload.key, "saga", "floor")
+    label = (
+        f"saga >= {share:.0%} of the raw-psycopg floor (n+1 commits), "
+        f"workload {workload.key[1:]} ({how})"
+    )
+    return _check(label, ratio, lambda v: v >= share, f"{(ratio or 0) * 100:.0f} %")
+
+
 def _within(value: float, limit: float) -> bool:
     return value <= limit
 
 
 def _wide_target(run: Collected) -> Target:
-    label = "10,000-step saga (64 parallel branches) under 4.2 s (PostgreSQL)"
+    label = "10,000-step saga (64 parallel branches) under 2 s (PostgreSQL)"
     finished = run.finished_wide("saga")
     if finished:
         seconds = statistics.median(w.seconds for w in finished)
-        verdict = "PASS" if seconds < 4.2 else "MISS"
+        verdict = "PASS" if seconds < 2.0 else "MISS"
         return Target(label, f"{seconds:.2f} s", verdict)
     first = run.first_wide("saga")
     if first is None:
@@ -423,7 +434,7 @@ def render(run: Collected) -> str:
         "",
     ]
     lines += _table(["", ""], [[k, v] for k, v in run.machine.items()])
-    lines += ["## Targets", ""]
+    lines += ["## Targets", "", _TARGETS_NOTE, ""]
     lines += _table(
         ["target", "measured", "result"], [[t.label, t.measured, t.verdict] for t in targets(run)]
     )
