@@ -1,4 +1,4 @@
-"""PostgreSQL's hot path: each saga commit as one statement, in one round trip.
+"""PostgreSQL's commit statements: each saga commit as one statement, in one round trip.
 
 A commit (fence the saga row, write its steps, append its events) is a single
 ``WITH ... UPDATE ... INSERT ...`` statement sent in autocommit mode, so it is
