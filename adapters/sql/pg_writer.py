@@ -125,24 +125,33 @@ def _ids(drawn: int) -> str:
     )
 
 
-def _id_at(position: str) -> str:
-    """The id of the commit's event at ``position`` (NULL for a NULL position)."""
+def _id_at(position: str, many: bool = False) -> str:
+    """The id of the commit's event at ``position`` (NULL for a NULL position), for a
+    part of ``many`` rows (above SMALL) or of a few. A few look theirs up in ``ids``
+    (cheapest for a saga's usual commits); many index an array of the ids gathered once
+    by an uncorrelated subquery: looked up row by row, a commit starting and finishing
+    hundreds of steps scanned ``ids`` once per row and spent most of its time there."""
+    if many:
+        return f"(SELECT array_agg(id ORDER BY n) FROM ids)[{position}]"
     return f"(SELECT id FROM ids WHERE ids.n = {position})"
 
 
-_STEP_OWN = {
-    "saga_id": "%(id)s",
-    "commit_token": "%(token)s",
-    "started_at": _NOW,
-    "started_event": _id_at("v.start_n"),
-    "fold_epoch": "%(epoch)s::int",
-}
+def _step_own(many: bool) -> dict[str, str]:
+    """The columns of a new step row that are not the engine's values."""
+    return {
+        "saga_id": "%(id)s",
+        "commit_token": "%(token)s",
+        "started_at": _NOW,
+        "started_event": _id_at("v.start_n", many),
+        "fold_epoch": "%(epoch)s::int",
+    }
 
 
-def _step_insert(rows: str) -> str:
-    own = ", ".join(_STEP_OWN.values())
+def _step_insert(rows: str, many: bool) -> str:
+    columns = _step_own(many)
+    own = ", ".join(columns.values())
     return (
-        f"ins AS (INSERT INTO saga_steps ({', '.join(_STEP_OWN)}, {_names(_STEP_COLUMNS)}) "
+        f"ins AS (INSERT INTO saga_steps ({', '.join(columns)}, {_names(_STEP_COLUMNS)}) "
         f"SELECT {own}, {', '.join(f'v.{name}' for name, _ in _STEP_COLUMNS)} "
         f"FROM {rows} WHERE {_FENCED})"
     )
@@ -164,14 +173,14 @@ def _kept(row: str, start: str, attempt: str) -> str:
     return f"(NOT {start} AND {row}attempt = {attempt} AND {row}fold_epoch = %(epoch)s::int)"
 
 
-def _fold_sets(row: str, v: dict[str, str]) -> str:
+def _fold_sets(row: str, v: dict[str, str], many: bool) -> str:
     """The SET clauses of a step update for its folded events: a fold the commit makes,
     else the one kept (see :func:`_kept`), else none (written back by :func:`_unfolding`)."""
     kept = _kept(row, v["start"], v["attempt"])
     return (
-        f"started_event = COALESCE({_id_at(v['start_n'])}, "
+        f"started_event = COALESCE({_id_at(v['start_n'], many)}, "
         f"CASE WHEN {kept} THEN {row}started_event END), "
-        f"finished_event = COALESCE({_id_at(v['finish_n'])}, "
+        f"finished_event = COALESCE({_id_at(v['finish_n'], many)}, "
         f"CASE WHEN {kept} AND NOT {v['finish']} THEN {row}finished_event END), "
         "fold_epoch = %(epoch)s::int"
     )
@@ -206,16 +215,16 @@ def _unfolding(seqs: str) -> str:
     )
 
 
-def _step_updates(seqs: str) -> str:
-    """``upd AS (UPDATE ...)``: the step rows ``uv`` names (``seqs``: their seqs), with
-    their folded events made, kept or dropped (:func:`_fold_sets`)."""
+def _step_updates(seqs: str, many: bool) -> str:
+    """``upd AS (UPDATE ...)``: the step rows ``uv`` names (``seqs``: their seqs; ``many``:
+    above SMALL), with their folded events made, kept or dropped (:func:`_fold_sets`)."""
     return (
         "upd AS (UPDATE saga_steps s SET "
         + "".join(f"{name} = v.{name}, " for name in STEP_UPDATE_COLUMNS)
         + "commit_token = %(token)s, "
         f"started_at = CASE WHEN v.start THEN {_NOW} ELSE s.started_at END, "
         f"finished_at = CASE WHEN v.finish THEN {_NOW} ELSE s.finished_at END, "
-        f"{_fold_sets('s.', {name: f'v.{name}' for name, _ in _UPDATE_COLUMNS})} "
+        f"{_fold_sets('s.', {name: f'v.{name}' for name, _ in _UPDATE_COLUMNS}, many)} "
         # seq = ANY(...) lets the primary key fetch just these rows; joined on v.seq alone,
         # the planner read every step of the saga each time (quadratic for a large saga).
         f"FROM uv v WHERE s.saga_id = %(id)s AND s.seq = ANY({seqs}) AND s.seq = v.seq "
@@ -234,10 +243,10 @@ def _updates(count: int, write_back: bool) -> list[str]:
     else:
         rows, seqs = _values("u", _UPDATE_COLUMNS, count), _update_seqs(count)
     unfolding = [_unfolding(seqs)] if write_back else []
-    return [_update_rows(rows), *unfolding, _step_updates(seqs)]
+    return [_update_rows(rows), *unfolding, _step_updates(seqs, count > SMALL)]
 
 
-_STEP_INSERTS = _step_insert(_unnest("i", _INSERT_COLUMNS))
+_STEP_INSERTS = _step_insert(_unnest("i", _INSERT_COLUMNS), many=True)
 _EVENT_INSERTS = _event_insert(_unnest("e", _EVENT_COLUMNS))
 
 
@@ -289,7 +298,7 @@ def statement(
     if inserts > SMALL:
         parts.append(_STEP_INSERTS)
     elif inserts:
-        parts.append(_step_insert(_values("i", _INSERT_COLUMNS, inserts)))
+        parts.append(_step_insert(_values("i", _INSERT_COLUMNS, inserts), many=False))
     if events > SMALL:
         parts.append(_EVENT_INSERTS)
     elif events:

@@ -72,6 +72,14 @@ for branch in BRANCHES:
 FAN.step(name="join", after=tuple(BRANCHES))(ship)
 
 
+WIDE = Saga("folded-wide-fan", max_concurrency=12)
+WIDE.step(name="root")(reserve)
+WIDE_BRANCHES = [f"wide{i:02d}" for i in range(12)]  # with root's success: more than DRAWN ids
+for branch in WIDE_BRANCHES:
+    WIDE.step(name=branch, after=("root",))(charge)
+WIDE.step(name="join", after=tuple(WIDE_BRANCHES))(ship)
+
+
 def _event_rows(url: str, saga_id: str) -> list[tuple[object, ...]]:
     engine = sqlalchemy.create_engine(url)
     try:
@@ -138,6 +146,28 @@ def test_parallel_steps_fold_each_event_into_its_own_step_row(pg_url: str) -> No
     for name in ["root", *BRANCHES, "join"]:
         kinds = [e.kind for e in history if e.step == name]
         assert kinds == ["step_started", "step_succeeded"], name
+    assert _event_rows(pg_url, done.id) == []
+
+
+def test_a_large_commit_gives_each_folded_event_the_id_of_its_place_in_the_commit(
+    pg_url: str,
+) -> None:
+    """Root's success and the twelve starts it allows are one commit, whose event ids
+    are drawn by count (more than DRAWN) and handed out by position: the history reads
+    them in the commit's order, the branches in the order they were started."""
+    with Coordinator(pg_url) as coord:
+        done = coord.run(WIDE, key="k")
+        assert done.status is SagaStatus.COMPLETED
+        history = coord.history(done.id)
+    ids = [e.id for e in history]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    steps = [(e.kind, e.step) for e in history]
+    succeeded = steps.index(("step_succeeded", "root"))
+    started = [("step_started", name) for name in WIDE_BRANCHES]
+    assert steps[succeeded + 1 : succeeded + 1 + len(started)] == started
+    joined = steps.index(("step_started", "join"))
+    assert all(steps.index(("step_succeeded", name)) < joined for name in WIDE_BRANCHES)
     assert _event_rows(pg_url, done.id) == []
 
 
