@@ -4,7 +4,7 @@ OLD and NEW are folders a build of saga was installed into (``pip install
 --no-deps --target DIR CHECKOUT``). Each measurement runs in a child process
 importing one build; the builds take turns, workload by workload, so that they
 share the machine's changing load alike. Printed: each build's median sagas/s
-(for ``wide``, one 10,000-step saga at concurrency 64: runs per second; for
+(for ``wide``, one 10,000-step saga at concurrency 256: runs per second; for
 ``async``, ``AsyncCoordinator`` with 256 sagas in flight at once; for ``recover-N``, one
 worker loop at concurrency N (4, ``saga worker``'s default, unless ``--only`` names
 another) finishing 1,000 sagas a SIGKILL left stuck) and the
@@ -36,8 +36,8 @@ from benchmarks.common import WORKLOADS
 import saga
 from saga import Coordinator
 print(Path(saga.__file__).resolve())  # the parent checks that the build was measured
-if sys.argv[1] == "wide":  # one 10,000-step saga: a root, 64 parallel chains, a join
-    saga = saga_bench.wide_definition(int(sys.argv[3]), 64)
+if sys.argv[1] == "wide":  # one 10,000-step saga: a root, 256 parallel chains, a join
+    saga = saga_bench.wide_definition(int(sys.argv[3]), 256)
     with Coordinator(sys.argv[2]) as coord:
         coord.register(saga)
         began, spent = time.perf_counter(), cpu()

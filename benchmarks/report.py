@@ -79,6 +79,11 @@ class Collected:
     def first_wide(self, system: str) -> Budgeted | None:
         return next((w for w in self.wide if w.system == system), None)
 
+    @property
+    def wide_width(self) -> int:
+        """The wide saga's parallel branches (and ``max_concurrency``) in this run."""
+        return int(self.plan.get("wide_width", 64))
+
 
 # -- the machine -------------------------------------------------------------------------
 
@@ -231,7 +236,10 @@ def _within(value: float, limit: float) -> bool:
 
 
 def _wide_target(run: Collected) -> Target:
-    label = "10,000-step saga (64 parallel branches) under 2 s (PostgreSQL)"
+    label = (
+        f"10,000-step saga ({run.wide_width} parallel branches,"
+        f" max_concurrency={run.wide_width}) under 2 s (PostgreSQL)"
+    )
     finished = run.finished_wide("saga")
     if finished:
         seconds = statistics.median(w.seconds for w in finished)
@@ -360,7 +368,11 @@ def _commits(run: Collected) -> list[str]:
 
 def _wide(run: Collected) -> list[str]:
     lines = []
-    titles = (("saga", "saga, 64 branches, max_concurrency=64"), ("dbos", "DBOS, sequential"))
+    width = run.wide_width
+    titles = (
+        ("saga", f"saga, {width} branches, max_concurrency={width}"),
+        ("dbos", "DBOS, sequential"),
+    )
     for system, title in titles:
         finished = run.finished_wide(system)
         first = run.first_wide(system)

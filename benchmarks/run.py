@@ -52,7 +52,11 @@ class Plan:
     n_sqlite: dict[str, int]
     commit_n: dict[str, int]  # sagas per commit-count run, by workload
     wide_steps: int = 10_000
-    wide_width: int = 64
+    # The round-two target: a 10,000-step DAG at concurrency 256 (a root, 256 chains, a join).
+    wide_width: int = 256
+    # The floor's commit bursts beside it: one connection each, under PostgreSQL's
+    # default max_connections (100).
+    burst_threads: int = 64
     budget: float = 60.0
     scale_sagas: int = 1_000_000
     scale_samples: int = 20
@@ -218,7 +222,7 @@ def wide(urls: dict[str, str], with_dbos: bool, plan: Plan, repeat: int, run: Co
         )
         run.wide.append(outcome)
         log(f"  wide DBOS: {outcome}")
-    for threads in (1, plan.wide_width):
+    for threads in (1, plan.burst_threads):
         label = f"floor: {steps + 1:,} single-row commits on {threads} connection(s)"
         run.bursts[label] = [
             floor_bench.commit_burst(urls["floor"], "postgresql", steps + 1, threads)
