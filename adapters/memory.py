@@ -19,7 +19,7 @@ import dataclasses
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from saga._internal.errors import (
@@ -278,10 +278,13 @@ class InMemorySagaStore:
             found = [self._loaded(saga.id) for saga in chosen[: max(0, query.limit)]]
         return found if query.payloads else [without_payloads(saga) for saga in found]
 
-    def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
+    def status_counts(
+        self, cap: int | None = None, statuses: Collection[SagaStatus] | None = None
+    ) -> dict[SagaStatus, int]:
         with self._lock:
             counts = collections.Counter(row.saga.status for row in self._rows.values())
-        return {s: n if cap is None else min(n, cap + 1) for s, n in counts.items()}
+        wanted = counts.keys() if statuses is None else set(statuses) & counts.keys()
+        return {s: counts[s] if cap is None else min(counts[s], cap + 1) for s in wanted}
 
     def stuck_count(self) -> int:
         now = self.now()

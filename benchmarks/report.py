@@ -30,7 +30,7 @@ from benchmarks.common import (
     server_facts,
     summarise,
 )
-from benchmarks.scale import ScaleReport
+from benchmarks.scale import GET, SCRAPE, ScaleReport
 
 SYSTEMS = ("saga", "dbos", "floor", "floor-1")
 TITLES = {
@@ -40,7 +40,7 @@ TITLES = {
     "floor-1": "floor (1 commit)",
 }
 BACKENDS = {"postgresql": "PostgreSQL", "sqlite": "SQLite"}
-STUCK_SCAN, RECOVER_SCAN, GET = "list(stuck=True)", "claim_expired (claims 1)", "get(id)"
+STUCK_SCAN, RECOVER_SCAN = "list(stuck=True)", "claim_expired (claims 1)"
 
 
 @dataclasses.dataclass
@@ -260,6 +260,7 @@ def _scale_targets(scale: ScaleReport | None) -> list[Target]:
         STUCK_SCAN: "list --stuck",
         RECOVER_SCAN: "the recover() scan (claim_expired)",
         GET: "get(id)",
+        SCRAPE: "a metrics scrape (its gauges read from the store)",
     }
     found = []
     for key, name in labels.items():

@@ -19,12 +19,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
+from prometheus_client import CollectorRegistry, generate_latest
 from psycopg import sql
+from saga.adapters.sql import pg_load
 from sqlalchemy import Engine, event
 
 from benchmarks.common import W1, Result, interleaved, libpq_url, run_workload
 from benchmarks.saga_bench import SagaSystem
+from saga.metrics import MetricsListener
 
+GET = "get(id)"
+SCRAPE = "metrics scrape (gauges read from the store)"
 _LONG_LIST = re.compile(r"\((%\(\w+\)s(?:::\w+)?)(?:, %\(\w+\)s(?:::\w+)?){3,}\)")
 SPACING = 2.5  # seconds between two filled sagas' creation times (1M sagas span ~29 days)
 
@@ -246,13 +251,33 @@ def _clipped(line: str, width: int = 240) -> str:
     return line if len(line) <= width else line[: width - 5] + " ..."
 
 
-def explained(url: str, system: SagaSystem, operation: Callable[[], object]) -> str:
+def explained(
+    url: str,
+    system: SagaSystem,
+    operation: Callable[[], object],
+    hot: list[tuple[str, Any]] | None = None,
+) -> str:
+    """What ``operation`` sends through SQLAlchemy, explained; when it sends nothing there,
+    the statements ``hot`` names (what PostgreSQL's hot path sends with psycopg)."""
     engine = getattr(system.coord.store, "engine", None)
     if not isinstance(engine, Engine):
         return "(the store is not a SQLAlchemy store: nothing to explain)"
     with captured(engine) as statements:
         operation()
-    return explain(url, statements)
+    return explain(url, statements or hot or [])
+
+
+def metrics_scrape(system: SagaSystem) -> Callable[[], int]:
+    """A Prometheus scrape of ``system``'s coordinator, its gauges read from the store at
+    every scrape (``every=0``); it returns how many samples the scrape held."""
+    registry = CollectorRegistry()
+    MetricsListener(registry).watch(system.coord, every=0.0)
+
+    def scrape() -> int:
+        text = generate_latest(registry).decode()
+        return sum(1 for line in text.splitlines() if line and not line.startswith("#"))
+
+    return scrape
 
 
 def measure_operations(url: str, system: SagaSystem, report: ScaleReport, samples: int) -> None:
@@ -261,7 +286,7 @@ def measure_operations(url: str, system: SagaSystem, report: ScaleReport, sample
     owner, ids = coord.owner, _some_ids(url, report.sagas, samples + 2)
     pick = iter(ids)
     operations: list[tuple[str, Callable[[], object], Callable[[], int]]] = [
-        ("get(id)", lambda: coord.get(ids[-1]), lambda: int(bool(coord.get(next(pick))))),
+        (GET, lambda: coord.get(ids[-1]), lambda: int(bool(coord.get(next(pick))))),
         (
             "list(status='failed')",
             lambda: coord.list(status="failed"),
@@ -279,9 +304,17 @@ def measure_operations(url: str, system: SagaSystem, report: ScaleReport, sample
             lambda: len(store.claim_expired(owner, 30.0, 1)),
         ),
     ]
+    hot = {GET: [(pg_load.LOAD, {"id": ids[-1]})]}
     for label, once, counted in operations:
-        report.explains.append((label, explained(url, system, once)))
+        report.explains.append((label, explained(url, system, once, hot.get(label))))
         report.operations.append(timed(label, counted, samples, warmup=0))
+    watched = SagaSystem(url, "postgresql")  # its own coordinator: the listener stays off w1
+    try:
+        scrape = metrics_scrape(watched)
+        report.explains.append((SCRAPE, explained(url, watched, scrape)))
+        report.operations.append(timed(SCRAPE, scrape, samples))
+    finally:
+        watched.close()
     while store.claim_expired(owner, 30.0, 100):
         pass
     idle = ("claim_expired (nothing stuck)", lambda: len(store.claim_expired(owner, 30.0, 1)))

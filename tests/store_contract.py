@@ -842,6 +842,17 @@ class StoreContract:
         create(store)
         assert store.status_counts(cap=1)[SagaStatus.RUNNING] == 2  # 3 running, counted to 2
 
+    def test_status_counts_of_some_statuses_leave_the_others_out(self, store: SagaStore) -> None:
+        create(store)
+        done = create(store)
+        store.commit(Commit(done.id, 1, status=SagaStatus.COMPLETED, release=True))
+        unfinished = (SagaStatus.RUNNING, SagaStatus.FAILED)
+        assert store.status_counts(statuses=unfinished) == {SagaStatus.RUNNING: 1}
+        assert store.status_counts(cap=5, statuses=unfinished) == {SagaStatus.RUNNING: 1}
+        finished = [SagaStatus.COMPLETED]
+        assert store.status_counts(statuses=finished) == {SagaStatus.COMPLETED: 1}
+        assert store.status_counts(statuses=()) == {}
+
     def test_delete_removes_sagas_steps_events_and_keys(self, store: SagaStore) -> None:
         assert isinstance(store, Deletable)  # every store saga ships can
         saga = create(store, key="k")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import saga_bench, takeover
-from benchmarks.common import W1, Result, run_with_budget
+from benchmarks.common import W1, Result, dedicated_database, run_with_budget
+from benchmarks.scale import GET, SCRAPE, run_scale
 from tests.children import ROOT
 
 
@@ -85,3 +86,23 @@ def test_the_wide_saga_reports_the_steps_it_had_in_flight_in_its_process(tmp_pat
     )
     assert outcome.finished, outcome.note
     assert outcome.peak_in_flight == width
+
+
+@pytest.mark.postgres
+def test_the_scale_run_times_and_explains_every_operation_it_reports(postgres_server: str) -> None:
+    with (
+        dedicated_database(postgres_server, "scale") as full,
+        dedicated_database(postgres_server, "empty") as empty,
+    ):
+        report = run_scale(full, empty, sagas=300, samples=2, w1_n=10, repeat=1, log=print)
+
+    scrape = report.operation(SCRAPE)
+    assert scrape is not None
+    assert scrape.rows > 0  # the gauges' samples, read from the store
+    explains = dict(report.explains)
+    assert set(explains) == {op.label for op in report.operations}
+    # get(id) goes through PostgreSQL's hot path (psycopg, not SQLAlchemy): still explained
+    assert "saga_instances_pkey" in explains[GET]
+    # the gauges count the unfinished and failed sagas alone, on the status index
+    assert "'{running,compensating,failed,paused}'" in explains[SCRAPE]
+    assert all("Execution Time" in text for text in explains.values())

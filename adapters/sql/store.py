@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -257,8 +257,10 @@ class SqlSagaStore(SqlTransactions):
     def list(self, query: ListQuery) -> builtins.list[SagaRecord]:
         return self.read(lambda c: reads.listed(c, self.dialect, query))
 
-    def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
-        return self.read(lambda connection: reads.status_counts(connection, cap))
+    def status_counts(
+        self, cap: int | None = None, statuses: Collection[SagaStatus] | None = None
+    ) -> dict[SagaStatus, int]:
+        return self.read(lambda connection: reads.status_counts(connection, cap, statuses))
 
     def stuck_count(self) -> int:
         return self.read(lambda c: reads.stuck_count(c, self.dialect))

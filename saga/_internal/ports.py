@@ -16,7 +16,7 @@ The records are importable from here too, as the port's words.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from saga._internal.record import (
@@ -151,10 +151,14 @@ class SagaStore(Protocol):
 
     def list(self, query: ListQuery) -> list[SagaRecord]: ...
 
-    def status_counts(self, cap: int | None = None) -> dict[SagaStatus, int]:
+    def status_counts(
+        self, cap: int | None = None, statuses: Collection[SagaStatus] | None = None
+    ) -> dict[SagaStatus, int]:
         """How many sagas there are in each status (statuses with none left out). With
         ``cap``, a status with more than ``cap`` sagas is counted as ``cap + 1`` ("more
-        than cap"), which costs at most that many index entries however many there are."""
+        than cap"), which costs at most that many index entries however many there are.
+        With ``statuses``, only those are counted: the others' index entries are not read
+        (the metrics' gauges count the unfinished and failed sagas, not the finished)."""
         ...
 
     def stuck_count(self) -> int:
