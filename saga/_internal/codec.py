@@ -152,8 +152,9 @@ _NONE = Encoded("null", digest("null"))
 
 
 def decode(text: str | None) -> Any:
-    """Decode a stored JSON text (``None`` stays ``None``)."""
-    return None if text is None else json.loads(text)
+    """Decode a stored JSON text (``None`` stays ``None``; ``null``, what most steps
+    return, is not handed to the parser)."""
+    return None if text is None or text == "null" else json.loads(text)
 
 
 def _children(value: object) -> list[tuple[str, object]]:

@@ -108,7 +108,7 @@ def view_of(record: SagaRecord, events: Sequence[EventRecord] = ()) -> SagaView:
         key=record.key,
         kind=record.kind,
         status=record.status,
-        input=_decoded(record.id, "input", record.input),
+        input=_decoded(record.id, record.input, "input"),
         error=headline_error(record),
         owner=record.owner,
         epoch=record.epoch,
@@ -167,9 +167,7 @@ def _step_view(
     record: SagaRecord, step: StepRecord, undone: Mapping[str, Any] | None = None
 ) -> StepView:
     saga_id = record.id
-    result = lenient_result(
-        record, step, _decoded(saga_id, f"result of step {step.name!r}", step.result)
-    )
+    result = lenient_result(record, step, _decoded(saga_id, step.result, "result", step.name))
     returned = _compensation_returned(record, step, undone)
     return StepView(
         name=step.name,
@@ -187,7 +185,7 @@ def _step_view(
         output_digest=step.output_digest,
         action=step.action_ref,
         compensation=step.compensation_ref,
-        args=_decoded(saga_id, f"arguments of step {step.name!r}", step.args),
+        args=_decoded(saga_id, step.args, "arguments", step.name),
         result_error=None if result.error is None else str(result.error),
         compensation_result=returned.value,
         compensation_result_error=returned.why,
@@ -212,8 +210,11 @@ def _compensation_returned(
     return _Returned(read.value, None if read.error is None else str(read.error))
 
 
-def _decoded(saga_id: str, what: str, text: str | None) -> Any:
+def _decoded(saga_id: str, text: str | None, what: str, step: str | None = None) -> Any:
+    """``text`` decoded, or ``CorruptRecordError`` naming ``what`` (of ``step``). The name
+    is only put together for the error: a view of ten thousand steps decodes 20,000."""
     try:
         return decode(text)
     except ValueError:
-        raise CorruptRecordError(saga_id, f"{what} is not valid JSON") from None
+        whose = what if step is None else f"{what} of step {step!r}"
+        raise CorruptRecordError(saga_id, f"{whose} is not valid JSON") from None
