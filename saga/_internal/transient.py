@@ -153,7 +153,15 @@ _PG_MODULES = ("psycopg.", "psycopg2.", "asyncpg.")
 _MYSQL_MODULES = ("pymysql.", "MySQLdb.", "mysql.connector.", "asyncmy.")
 
 _MYSQL_PERMANENT = frozenset({1044, 1045, 1049})  # access denied (db, user), unknown database
-_PG_PERMANENT = ("does not exist", "authentication failed", "no pg_hba.conf entry")
+# A failed connection comes with no sqlstate from libpq: its FATAL line is all there is.
+_PG_PERMANENT = (
+    "does not exist",  # the role or the database
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "pg_hba.conf rejects",
+    "is not permitted to log in",  # a role made NOLOGIN
+    "permission denied for database",  # CONNECT revoked
+)
 _ANY_PERMANENT = ("unable to open database file",)  # SQLite: a path that cannot be
 
 

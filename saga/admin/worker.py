@@ -15,6 +15,7 @@ import tenacity
 from saga._internal.coordinator import Coordinator
 from saga._internal.errors import (
     ConfigurationError,
+    DatabaseRefusedError,
     LeaseLostError,
     SchemaVersionError,
     StorageError,
@@ -198,13 +199,14 @@ class _Loop:
         def tell(state: tenacity.RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
             pause = state.next_action.sleep if state.next_action else 0.0
-            # An outage is normal and passes; a refused statement is no outage, and
-            # calling it one hid a bad definition that failed every claim.
-            what = (
-                "database unavailable"
-                if isinstance(error, StorageUnavailableError)
-                else "the database refused the worker's statement"
-            )
+            # An outage is normal and passes; a refused statement or login is no outage,
+            # and calling it one hid a bad definition that failed every claim.
+            if isinstance(error, StorageUnavailableError):
+                what = "database unavailable"
+            elif isinstance(error, DatabaseRefusedError):  # a role, password, database
+                what = "the database refused the worker's connection"
+            else:
+                what = "the database refused the worker's statement"
             self.log(f"{what} ({error}); retrying in {pause:.1f}s")
 
         retrying = tenacity.Retrying(

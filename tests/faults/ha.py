@@ -82,6 +82,7 @@ def worker_errors(logs: list[Path]) -> int:
     wanted = (
         "database unavailable",
         "refused the worker's statement",
+        "refused the worker's connection",
         "not recovered",
         "could not tell",
     )

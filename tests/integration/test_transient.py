@@ -4,6 +4,7 @@ one is retried by default; a refused login is not."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,13 @@ import pymysql
 import pytest
 import redis
 import tenacity
+from psycopg import sql
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 from sqlalchemy.engine import make_url
 
 from saga import Coordinator, RetryPolicy, Saga, SagaStatus, StepContext
-from saga._internal.transient import is_transient
+from saga._internal.transient import is_transient, refused_for_good
 from tests.participants import MARIADB
 from tests.participants import running as _running
 
@@ -82,6 +84,38 @@ def test_postgres_errors_are_told_apart(pg_url: str) -> None:
     refused = _raised(lambda: psycopg.connect(missing.render_as_string(hide_password=False)))
     assert isinstance(refused, psycopg.OperationalError)
     assert not is_transient(refused)  # no retry brings a database into being
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("barred_by", "said"),
+    [
+        ("ALTER ROLE {role} NOLOGIN", "is not permitted to log in"),
+        ("REVOKE CONNECT ON DATABASE {database} FROM PUBLIC, {role}", "permission denied"),
+    ],
+)
+def test_a_login_the_server_bars_is_refused_for_good(
+    postgres_server: str, barred_by: str, said: str
+) -> None:
+    """No sqlstate comes with a failed connection (libpq's message is all there is), so
+    the words judge it: a barred role was once taken for an outage and retried forever."""
+    role = f"saga_barred_{uuid.uuid4().hex[:8]}"
+    database = f"saga_barred_{uuid.uuid4().hex[:8]}"
+    names = {"role": sql.Identifier(role), "database": sql.Identifier(database)}
+    with psycopg.connect(_libpq(postgres_server), autocommit=True) as admin_db:
+        admin_db.execute(sql.SQL("CREATE ROLE {role} LOGIN").format(**names))
+        admin_db.execute(sql.SQL("CREATE DATABASE {database}").format(**names))
+        try:
+            admin_db.execute(sql.SQL(barred_by).format(**names))
+            url = make_url(_libpq(postgres_server)).set(username=role, database=database)
+            barred = _raised(lambda: psycopg.connect(url.render_as_string(hide_password=False)))
+        finally:
+            admin_db.execute(sql.SQL("DROP DATABASE {database}").format(**names))
+            admin_db.execute(sql.SQL("DROP ROLE {role}").format(**names))
+    assert isinstance(barred, psycopg.OperationalError)
+    assert said in str(barred)
+    assert refused_for_good(barred)
+    assert not is_transient(barred)
 
 
 def test_a_mariadb_connection_killed_by_the_server_is_transient() -> None:

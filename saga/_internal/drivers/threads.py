@@ -15,10 +15,11 @@ import contextvars
 import dataclasses
 import inspect
 import itertools
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from saga._internal import faults
@@ -213,7 +214,11 @@ class _Branches:
         self._driver = driver
         self._pool: ThreadPoolExecutor | None = None
         self._deferred: list[fx.Branch] = []
-        self._futures: set[Future[fx.Finished]] = set()
+        # Each branch's future is put here as it ends, so a wait takes what has ended
+        # instead of watching every branch in flight (concurrent.futures.wait hooks a
+        # waiter onto each at every call: 256 per step of a saga at concurrency 256).
+        self._ended: queue.SimpleQueue[Future[fx.Finished]] = queue.SimpleQueue()
+        self._in_flight = 0  # only the flow's own thread launches and waits
         self.holds: list[int] = []  # the tokens of this run's holds that end with it
 
     def track(self, token: int, hold: fx.Hold) -> int:
@@ -222,24 +227,31 @@ class _Branches:
         return token
 
     def launch(self, branches: tuple[fx.Branch, ...]) -> None:
-        if not self._futures and not self._deferred and len(branches) == 1:
+        if not self._in_flight and not self._deferred and len(branches) == 1:
             self._deferred.append(branches[0])
             return
         for branch in [*self._deferred, *branches]:
-            self._futures.add(self._submit(branch))
+            self._submit(branch)
         self._deferred = []
 
-    def _submit(self, branch: fx.Branch) -> Future[fx.Finished]:
+    def _submit(self, branch: fx.Branch) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(_MAX_BRANCH_THREADS, thread_name_prefix="saga-step")
-        return self._pool.submit(self._driver.drive, branch.flow, self)
+        future = self._pool.submit(self._driver.drive, branch.flow, self)
+        self._in_flight += 1
+        future.add_done_callback(self._ended.put)
 
     def wait(self) -> fx.Waited:
         if self._deferred:  # nothing else in flight: run it here
             return fx.Waited([self._driver.drive(self._deferred.pop().flow, self)])
-        done, self._futures = wait(self._futures, return_when=FIRST_COMPLETED)
+        if not self._in_flight:
+            return fx.Waited([])
+        ended = [self._ended.get()]  # the next to end, and whatever else ended meanwhile
+        while not self._ended.empty():
+            ended.append(self._ended.get())
+        self._in_flight -= len(ended)
         # result() re-raises what ended a branch early (a lost lease, a dead database).
-        return fx.Waited.of(future.result() for future in done)
+        return fx.Waited.of(future.result() for future in ended)
 
     def close(self) -> None:
         """Wait for the branches still in flight (a thread cannot be stopped)."""
