@@ -4,8 +4,9 @@ first line of a driver's error (the rest is the driver's traceback of the query)
 from __future__ import annotations
 
 from saga._internal._secrets import masked as masked  # every credential form, in one place
-from saga._internal.errors import StorageError, StorageUnavailableError
+from saga._internal.errors import DatabaseRefusedError, StorageError, StorageUnavailableError
 from saga._internal.ports import SagaRecord
+from saga._internal.transient import refused_for_good
 
 
 def first_line(error: BaseException) -> str:
@@ -28,3 +29,20 @@ def pool_exhausted(detail: str) -> StorageUnavailableError:
         f"no free connection in saga's pool ({detail}); raise pool_size in the database "
         "URL, or run fewer sagas at once"
     )
+
+
+def refused(url: str, error: BaseException) -> DatabaseRefusedError:
+    """The database at ``url`` refused us for good (a login or a database that is
+    wrong): said with the URL, its password hidden, and where to mend it."""
+    return DatabaseRefusedError(
+        f"{masked(url)}: {first_line(error)}; check --db or $SAGA_DATABASE_URL "
+        "(its user, password and database)"
+    )
+
+
+def not_connected(url: str, error: BaseException) -> StorageUnavailableError | DatabaseRefusedError:
+    """What a connection to ``url`` that could not be made is: refused for good, which
+    no retry mends, or unavailable (a server down or restarting: retried)."""
+    if refused_for_good(error):
+        return refused(url, error)
+    return StorageUnavailableError(first_line(error))

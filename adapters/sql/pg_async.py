@@ -31,7 +31,7 @@ from ..threaded_async import ThreadedAsyncStore
 from . import pg_load
 from .dialect import SqlStore
 from .fold_memory import FoldMemory
-from .messages import first_line, pool_exhausted
+from .messages import first_line, not_connected, pool_exhausted
 from .pg_hot import PostgresHotPath
 from .pg_writer import commit_sql, create_sql
 from .pool_option import DEFAULT_WAIT
@@ -97,8 +97,8 @@ class _Pool:
             return await psycopg.AsyncConnection.connect(
                 self.conninfo, autocommit=True, **self.connect_args
             )
-        except psycopg.Error as error:  # no connection to be had: server down, no database
-            raise StorageUnavailableError(first_line(error)) from error
+        except psycopg.Error as error:  # a server down (retried), or a login refused
+            raise not_connected(self.conninfo, error) from error
 
     async def close(self) -> None:
         idle, self.idle = self.idle, []

@@ -21,9 +21,7 @@ from typing import Any
 
 import psycopg
 
-from saga._internal.errors import StorageUnavailableError
-
-from .messages import first_line, pool_exhausted
+from .messages import not_connected, pool_exhausted
 
 Lent = tuple[psycopg.Connection[Any], psycopg.Cursor[Any], int]
 """A connection, its cursor, and the pool's generation it was opened in."""
@@ -92,8 +90,8 @@ class HotConnections:
             pass
         try:
             connection = psycopg.connect(self.conninfo, autocommit=True, **self.connect_args)
-        except psycopg.Error as error:  # no connection to be had: server down, no database
-            raise StorageUnavailableError(first_line(error)) from error
+        except psycopg.Error as error:  # a server down (retried), or a login refused
+            raise not_connected(self.conninfo, error) from error
         with self._counting:
             self.opened += 1
         return connection, connection.cursor(), self._generation

@@ -18,14 +18,14 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from saga._internal.errors import DatabaseRefusedError, StorageError, StorageUnavailableError
+from saga._internal.errors import StorageError, StorageUnavailableError
 from saga._internal.policy import STORE_RETRY, RetryPolicy
 from saga._internal.transient import refused_for_good
 
 from . import revisions
 from .binding import check_session_factory
 from .dialect import Dialect
-from .messages import first_line, masked, pool_exhausted
+from .messages import first_line, masked, pool_exhausted, refused
 from .owner_liveness import OwnerLiveness
 
 if TYPE_CHECKING:
@@ -64,10 +64,7 @@ class SqlTransactions:
             yield
         except (OperationalError, InterfaceError) as error:
             if refused_for_good(error):
-                raise DatabaseRefusedError(
-                    f"{self.url}: {first_line(error)}; check --db or $SAGA_DATABASE_URL "
-                    "(its user, password and database)"
-                ) from error
+                raise refused(self.url, error) from error
             raise StorageUnavailableError(f"{self.url}: {first_line(error)}") from error
         except DBAPIError as error:
             if error.connection_invalidated:

@@ -339,7 +339,8 @@ class StorageError(SagaError):
 
 class DatabaseRefusedError(StorageError, ConfigurationError):
     """The database refused us for good (no such database or role, a wrong password, a
-    path SQLite cannot open): not retried, since no retry can fix it."""
+    role barred from logging in, a path SQLite cannot open): not retried, since no retry
+    can fix it (an operator can)."""
 
 
 class StorageUnavailableError(StorageError):

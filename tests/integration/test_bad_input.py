@@ -14,6 +14,7 @@ from saga import (
     AsyncCoordinator,
     ConfigurationError,
     Coordinator,
+    DatabaseRefusedError,
     PayloadError,
     Saga,
     SagaFailed,
@@ -226,7 +227,9 @@ def test_an_unreachable_database_is_reported_without_its_password() -> None:
 
 
 @pytest.mark.postgres
-def test_a_database_lost_after_start_is_reported_as_unavailable(postgres_server: str) -> None:
+def test_a_database_lost_after_start_is_refused_for_good(postgres_server: str) -> None:
+    """Dropped under a running coordinator: no retry brings it back, so its connections
+    are refused (as at start-up), not retried as an outage; the hot path's too."""
     retry = fast(2, retry_on=(StorageUnavailableError,))
     saga = Saga("bad-lost-database")
 
@@ -242,7 +245,7 @@ def test_a_database_lost_after_start_is_reported_as_unavailable(postgres_server:
             with postgres_connection(postgres_server) as connection:
                 name = url.partition("?")[0].rsplit("/", 1)[1]
                 connection.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-            with pytest.raises(StorageUnavailableError):
+            with pytest.raises(DatabaseRefusedError, match=f'database "{name}" does not exist'):
                 coord.run(saga)
         finally:
             coord.close()
