@@ -45,4 +45,15 @@ def not_connected(url: str, error: BaseException) -> StorageUnavailableError | D
     no retry mends, or unavailable (a server down or restarting: retried)."""
     if refused_for_good(error):
         return refused(url, error)
-    return StorageUnavailableError(first_line(error))
+    return unavailable(url, error)
+
+
+def unavailable(url: str, error: BaseException) -> StorageUnavailableError:
+    """The database at ``url`` could not be reached, or dropped the connection mid-statement
+    (retried): said with the URL, its password hidden, as the portable path says it."""
+    return StorageUnavailableError(f"{masked(url)}: {first_line(error)}")
+
+
+def statement_failed(url: str, error: BaseException) -> StorageError:
+    """The database at ``url`` refused a statement (not retried), said as :func:`unavailable`."""
+    return StorageError(f"{masked(url)}: {first_line(error)}")

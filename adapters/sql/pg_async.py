@@ -24,14 +24,14 @@ from typing import Any, TypeVar
 import psycopg
 
 from saga._internal import faults
-from saga._internal.errors import LeaseLostError, StorageError, StorageUnavailableError
+from saga._internal.errors import LeaseLostError, StorageUnavailableError
 from saga._internal.ports import Commit, SagaRecord
 
 from ..threaded_async import ThreadedAsyncStore
 from . import pg_load
 from .dialect import SqlStore
 from .fold_memory import FoldMemory
-from .messages import first_line, not_connected, pool_exhausted
+from .messages import not_connected, pool_exhausted, statement_failed, unavailable
 from .pg_hot import PostgresHotPath
 from .pg_writer import commit_sql, create_sql
 from .pool_option import DEFAULT_WAIT
@@ -205,9 +205,9 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         except BaseException as error:
             await pool.discard(cursor)
             if isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)):
-                raise StorageUnavailableError(first_line(error)) from error
+                raise unavailable(self.conninfo, error) from error
             if isinstance(error, psycopg.Error):
-                raise StorageError(first_line(error)) from error
+                raise statement_failed(self.conninfo, error) from error
             raise
         pool.give_back(cursor)
         return row

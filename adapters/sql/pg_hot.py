@@ -7,12 +7,11 @@ from typing import Any
 
 import psycopg
 
-from saga._internal.errors import StorageError, StorageUnavailableError
 from saga._internal.ports import Commit, SagaRecord
 
 from . import pg_load
 from .fold_memory import FoldMemory
-from .messages import first_line
+from .messages import statement_failed, unavailable
 from .pg_connections import BROKEN, HotConnections
 from .pg_writer import commit_sql, create_sql
 
@@ -74,6 +73,6 @@ def execute_one(
             cursor.execute(statement, params, prepare=prepare)
             return cursor.fetchone()
     except BROKEN as error:
-        raise StorageUnavailableError(first_line(error)) from error
+        raise unavailable(connections.conninfo, error) from error
     except psycopg.Error as error:
-        raise StorageError(first_line(error)) from error
+        raise statement_failed(connections.conninfo, error) from error

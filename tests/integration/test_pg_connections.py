@@ -4,6 +4,7 @@ taking its parent's."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -12,10 +13,12 @@ from typing import Any
 import psycopg
 import pytest
 from saga.adapters.sql import SqlSagaStore
+from saga.adapters.sql.pg_async import PostgresAsyncStore
 from saga.adapters.sql.pg_hot import execute_one
 from saga.adapters.sql.postgres import PostgresDialect
+from sqlalchemy.engine import make_url
 
-from saga import StorageUnavailableError
+from saga import StorageError, StorageUnavailableError
 from tests.postgres import libpq_url
 
 pytestmark = pytest.mark.postgres
@@ -46,6 +49,69 @@ def test_a_connection_the_server_ended_is_closed_and_replaced(
     (replacement,) = execute_one(hot.connections, "SELECT pg_backend_pid()", {})
     assert replacement != backend
     assert hot.connections.opened == 2
+
+
+# The test servers trust every local login (CI's and the embedded one): a password in
+# the URL is sent and ignored, so the messages below can be checked for it.
+PASSWORD = "pw-" + uuid.uuid4().hex
+
+
+@pytest.fixture
+def hot_with_password(pg_url: str) -> Iterator[Any]:
+    """The hot path of a store whose URL carries a password."""
+    url = make_url(pg_url).set(password=PASSWORD).render_as_string(hide_password=False)
+    store = SqlSagaStore(url, PostgresDialect())
+    try:
+        store.ensure_schema()
+        yield store.hot
+    finally:
+        store.close()
+
+
+def test_a_connection_lost_mid_statement_names_the_database_not_its_password(
+    hot_with_password: Any, postgres_server: str
+) -> None:
+    connections = hot_with_password.connections
+    (backend,) = execute_one(connections, "SELECT pg_backend_pid()", {})
+    with psycopg.connect(libpq_url(postgres_server), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    with pytest.raises(StorageUnavailableError) as lost:
+        execute_one(connections, "SELECT 1", {})
+    said = str(lost.value)
+    assert said.startswith("postgresql://postgres:***@"), said  # as the portable path says
+    assert PASSWORD not in said
+
+
+def test_a_statement_the_database_refuses_names_it_too(hot_with_password: Any) -> None:
+    with pytest.raises(StorageError) as refused:
+        execute_one(hot_with_password.connections, "SELECT 1 / 0", {})
+    said = str(refused.value)
+    assert not isinstance(refused.value, StorageUnavailableError)  # not retried
+    assert said.startswith("postgresql://postgres:***@"), said
+    assert "division by zero" in said
+    assert PASSWORD not in said
+
+
+def test_the_async_hot_path_names_the_database_as_the_sync_one(pg_url: str) -> None:
+    url = make_url(pg_url).set(password=PASSWORD).render_as_string(hide_password=False)
+    store = SqlSagaStore(url, PostgresDialect())
+    native = PostgresAsyncStore(store, connect_args={})
+
+    async def divide_by_zero() -> str:
+        try:
+            with pytest.raises(StorageError) as refused:
+                await native._execute("SELECT 1 / 0", {})
+            return str(refused.value)
+        finally:
+            await native.close()
+
+    try:
+        said = asyncio.run(divide_by_zero())
+    finally:
+        store.close()
+    assert said.startswith("postgresql://postgres:***@"), said
+    assert "division by zero" in said
+    assert PASSWORD not in said
 
 
 def test_a_forked_child_opens_a_connection_of_its_own(hot: Any) -> None:
