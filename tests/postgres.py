@@ -192,3 +192,27 @@ def isolated_database(url: str) -> Iterator[str]:
             connection.execute(
                 sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
             )
+
+
+@contextlib.contextmanager
+def login_role(url: str, password: str | None = None, superuser: bool = False) -> Iterator[str]:
+    """A login role of the test's own (its name), dropped afterwards with its sessions
+    ended: for the tests that bar a login as an operator would."""
+    name = f"saga_role_{uuid.uuid4().hex[:8]}"
+    role = sql.Identifier(name)
+    made = sql.SQL("CREATE ROLE {} LOGIN").format(role)
+    if superuser:
+        made += sql.SQL(" SUPERUSER")
+    if password is not None:
+        made += sql.SQL(" PASSWORD {}").format(sql.Literal(password))
+    with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+        connection.execute(made)
+    try:
+        yield name
+    finally:
+        with psycopg.connect(libpq_url(url), autocommit=True) as connection:
+            connection.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (name,),
+            )
+            connection.execute(sql.SQL("DROP ROLE {}").format(role))

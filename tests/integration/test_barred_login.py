@@ -31,7 +31,7 @@ from saga import (
     StorageUnavailableError,
     admin,
 )
-from tests.postgres import libpq_url
+from tests.postgres import libpq_url, login_role
 
 pytestmark = pytest.mark.postgres
 
@@ -66,14 +66,11 @@ class Role:
 
 @pytest.fixture
 def role(pg_url: str, postgres_server: str) -> Iterator[Role]:
-    name = f"saga_barred_{uuid.uuid4().hex[:8]}"
     password = uuid.uuid4().hex
-    with psycopg.connect(libpq_url(postgres_server), autocommit=True) as admin_db:
-        admin_db.execute(
-            sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
-                sql.Identifier(name), sql.Literal(password)
-            )
-        )
+    with (
+        login_role(postgres_server, password, superuser=True) as name,
+        psycopg.connect(libpq_url(postgres_server), autocommit=True) as admin_db,
+    ):
         url = make_url(pg_url).set(username=name, password=password)
         made = Role(name, password, url.render_as_string(hide_password=False), admin_db)
         try:
@@ -82,7 +79,6 @@ def role(pg_url: str, postgres_server: str) -> Iterator[Role]:
             yield made
         finally:
             made.end_sessions()
-            admin_db.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
 
 def one_step_saga() -> Saga:

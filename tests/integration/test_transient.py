@@ -4,7 +4,6 @@ one is retried by default; a refused login is not."""
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from saga import Coordinator, RetryPolicy, Saga, SagaStatus, StepContext
 from saga._internal.transient import is_transient, refused_for_good
 from tests.participants import MARIADB
 from tests.participants import running as _running
+from tests.postgres import isolated_database, login_role
 
 
 def _raised(action: Callable[[], Any]) -> BaseException:
@@ -99,19 +99,13 @@ def test_a_login_the_server_bars_is_refused_for_good(
 ) -> None:
     """No sqlstate comes with a failed connection (libpq's message is all there is), so
     the words judge it: a barred role was once taken for an outage and retried forever."""
-    role = f"saga_barred_{uuid.uuid4().hex[:8]}"
-    database = f"saga_barred_{uuid.uuid4().hex[:8]}"
-    names = {"role": sql.Identifier(role), "database": sql.Identifier(database)}
-    with psycopg.connect(_libpq(postgres_server), autocommit=True) as admin_db:
-        admin_db.execute(sql.SQL("CREATE ROLE {role} LOGIN").format(**names))
-        admin_db.execute(sql.SQL("CREATE DATABASE {database}").format(**names))
-        try:
+    with login_role(postgres_server) as role, isolated_database(postgres_server) as where:
+        database = make_url(where).database
+        names = {"role": sql.Identifier(role), "database": sql.Identifier(str(database))}
+        with psycopg.connect(_libpq(postgres_server), autocommit=True) as admin_db:
             admin_db.execute(sql.SQL(barred_by).format(**names))
-            url = make_url(_libpq(postgres_server)).set(username=role, database=database)
-            barred = _raised(lambda: psycopg.connect(url.render_as_string(hide_password=False)))
-        finally:
-            admin_db.execute(sql.SQL("DROP DATABASE {database}").format(**names))
-            admin_db.execute(sql.SQL("DROP ROLE {role}").format(**names))
+        url = make_url(_libpq(postgres_server)).set(username=role, database=database)
+        barred = _raised(lambda: psycopg.connect(url.render_as_string(hide_password=False)))
     assert isinstance(barred, psycopg.OperationalError)
     assert said in str(barred)
     assert refused_for_good(barred)
