@@ -73,10 +73,7 @@ def run_worker(
     database is unreachable it backs off (tenacity) and logs one line a try; a schema
     of another release is refused at once (``SchemaVersionError``).
     """
-    if interval <= 0 or batch < 1 or concurrency < 1:
-        raise ConfigurationError(
-            "--interval must be positive, --batch and --concurrency at least 1"
-        )
+    _check_settings(interval, batch, concurrency)
     stats = stats if stats is not None else WorkerStats()
     log(
         f"worker {coord.owner} recovering on {coord.store.url} every {human_duration(interval)}"
@@ -86,6 +83,15 @@ def run_worker(
     handed = f", handing {stats.handed_back} back" if stats.handed_back else ""
     log(f"worker {coord.owner} stopped after recovering {stats.recovered} saga(s){handed}")
     return stats
+
+
+def _check_settings(interval: float, batch: int, concurrency: int) -> None:
+    """Refuse a setting no worker can run with, naming it and the value given."""
+    if interval <= 0:
+        raise ConfigurationError(f"--interval must be positive, not {interval:g}s")
+    for option, value in (("--batch", batch), ("--concurrency", concurrency)):
+        if value < 1:
+            raise ConfigurationError(f"{option} must be at least 1, not {value}")
 
 
 @dataclasses.dataclass

@@ -74,7 +74,7 @@ def list_command(
             key_prefix=key_prefix,
             step=step,
             stuck=stuck,
-            older_than=None if older_than is None else admin.parse_duration(older_than),
+            older_than=_age(older_than),
             limit=limit,
             before=before,
         ),
@@ -109,3 +109,8 @@ def diff_command(
         lambda coord: admin.diff_sagas(coord, left, right),
         lambda session, diff: render_diff(session, diff, wide),
     )
+
+
+def _age(older_than: str | None) -> float | None:
+    """``--older-than`` in seconds (None: not given)."""
+    return None if older_than is None else admin.parse_duration(older_than, "--older-than")

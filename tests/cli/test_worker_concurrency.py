@@ -45,4 +45,4 @@ def test_concurrency_must_be_at_least_one(db_url: str, tmp_path: Path) -> None:
         pass  # the tables exist
     result = invoke(db_url, "worker", "--concurrency", "0")
     assert result.exit_code == 2, result.output
-    assert "--concurrency at least 1" in one_error_line(result.stderr)
+    assert "--concurrency must be at least 1, not 0" in one_error_line(result.stderr)
