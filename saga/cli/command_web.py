@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import socket
 from typing import TYPE_CHECKING, Annotated
 
@@ -90,5 +91,13 @@ def _check_free(host: str, port: int) -> None:
                 probe.bind(address)
     except OSError as error:
         raise ConfigurationError(
-            f"cannot listen on {host}:{port}: {error.strerror or error}; choose another --port"
+            f"cannot listen on {host}:{port}: {error.strerror or error}; {_mend(error)}"
         ) from None
+
+
+def _mend(error: OSError) -> str:
+    """What to change: the host when it names no address of this machine, else the port
+    (taken by another process, or one this user may not bind)."""
+    if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
+        return "check --host (an address of this machine, or 0.0.0.0 for all)"
+    return "choose another --port"

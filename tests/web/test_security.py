@@ -50,6 +50,16 @@ def test_a_short_token_or_a_bad_port_is_one_error_line(world: World) -> None:
         busy = run_saga("--db", world.url, "web", "--port", number, cwd=REPO)
     assert busy.returncode == 2
     assert f"cannot listen on 127.0.0.1:{number}" in one_error_line(busy.stderr)
+    assert one_error_line(busy.stderr).endswith("choose another --port")
+
+
+def test_a_host_that_is_no_address_of_this_machine_is_named_as_the_fault(world: World) -> None:
+    # 192.0.2.1 is kept for documentation (RFC 5737): no machine has it, no DNS is asked.
+    away = run_saga("--db", world.url, "web", "--host", "192.0.2.1", "--token", TOKEN, cwd=REPO)
+    assert away.returncode == 2
+    line = one_error_line(away.stderr)
+    assert "cannot listen on 192.0.2.1:8080" in line
+    assert line.endswith("check --host (an address of this machine, or 0.0.0.0 for all)")
 
 
 def test_with_a_token_every_request_must_carry_it(world: World, tmp_path: Path) -> None:
