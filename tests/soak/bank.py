@@ -162,9 +162,27 @@ class _Pool:
                 if not (connection.closed or connection.broken):
                     self._idle.put(connection)
 
+    def close(self) -> None:
+        """Close the idle connections (those in use are not this caller's to close)."""
+        while True:
+            try:
+                self._idle.get_nowait().close()
+            except queue.Empty:
+                return
+
 
 _pools: dict[str, _Pool] = {}
 _pools_lock = threading.Lock()
+
+
+def close_pools() -> None:
+    """Close every bank connection this process keeps: a test that applied effects in
+    the test process itself leaves none open for the interpreter's exit to find."""
+    with _pools_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+    for pool in pools:
+        pool.close()
 
 
 def _pool(url: str) -> _Pool:
