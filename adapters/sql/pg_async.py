@@ -47,8 +47,10 @@ class _Pool:
     each lent with a cursor of its own that every statement on it reuses (a cursor
     made per statement cost a quarter of the driver's client time for it)."""
 
-    def __init__(self, conninfo: str, size: int, connect_args: dict[str, Any], wait: float) -> None:
-        self.conninfo = conninfo
+    def __init__(
+        self, conninfo: str, shown: str, size: int, connect_args: dict[str, Any], wait: float
+    ) -> None:
+        self.conninfo, self.shown = conninfo, shown  # shown: the URL errors name (masked)
         self.connect_args = connect_args
         self.loop = asyncio.get_running_loop()
         self.idle: list[psycopg.AsyncCursor[Any]] = []
@@ -98,7 +100,7 @@ class _Pool:
                 self.conninfo, autocommit=True, **self.connect_args
             )
         except psycopg.Error as error:  # a server down (retried), or a login refused
-            raise not_connected(self.conninfo, error) from error
+            raise not_connected(self.shown, error) from error
 
     async def close(self) -> None:
         idle, self.idle = self.idle, []
@@ -205,9 +207,9 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         except BaseException as error:
             await pool.discard(cursor)
             if isinstance(error, (psycopg.OperationalError, psycopg.InterfaceError)):
-                raise unavailable(self.conninfo, error) from error
+                raise unavailable(self.store.url, error) from error
             if isinstance(error, psycopg.Error):
-                raise statement_failed(self.conninfo, error) from error
+                raise statement_failed(self.store.url, error) from error
             raise
         pool.give_back(cursor)
         return row
@@ -218,7 +220,9 @@ class PostgresAsyncStore(ThreadedAsyncStore):
         if self._pool is None or self._pool.loop is not loop:
             if self._pool is not None:
                 self._pool.abandon()
-            self._pool = _Pool(self.conninfo, self.pool_size, self.connect_args, self.pool_wait)
+            self._pool = _Pool(
+                self.conninfo, self.store.url, self.pool_size, self.connect_args, self.pool_wait
+            )
         return self._pool
 
     async def _retried(self, work: Callable[[], Awaitable[T]]) -> T:

@@ -33,9 +33,16 @@ class HotConnections:
     """Autocommit psycopg connections for single statements."""
 
     def __init__(
-        self, conninfo: str, connect_args: dict[str, Any], keep: int, most: int, wait: float
+        self,
+        conninfo: str,
+        connect_args: dict[str, Any],
+        keep: int,
+        most: int,
+        wait: float,
+        shown: str | None = None,
     ) -> None:
         self.conninfo, self.connect_args = conninfo, connect_args
+        self.shown = conninfo if shown is None else shown  # the URL errors name (masked)
         self.keep, self.most, self.wait = keep, most, wait
         self._idle: list[Lent] = []  # append and pop are atomic: threads share it
         self._slots = threading.BoundedSemaphore(most)
@@ -91,7 +98,7 @@ class HotConnections:
         try:
             connection = psycopg.connect(self.conninfo, autocommit=True, **self.connect_args)
         except psycopg.Error as error:  # a server down (retried), or a login refused
-            raise not_connected(self.conninfo, error) from error
+            raise not_connected(self.shown, error) from error
         with self._counting:
             self.opened += 1
         return connection, connection.cursor(), self._generation

@@ -73,6 +73,6 @@ def execute_one(
             cursor.execute(statement, params, prepare=prepare)
             return cursor.fetchone()
     except BROKEN as error:
-        raise unavailable(connections.conninfo, error) from error
+        raise unavailable(connections.shown, error) from error
     except psycopg.Error as error:
-        raise statement_failed(connections.conninfo, error) from error
+        raise statement_failed(connections.shown, error) from error

@@ -141,7 +141,9 @@ class PostgresDialect:
         keep, most = (KEPT_CONNECTIONS, KEPT_CONNECTIONS + OVERFLOW)
         if settings.size is not None:
             keep = most = settings.size
-        connections = HotConnections(conninfo, settings.connect_args, keep, most, settings.wait)
+        connections = HotConnections(
+            conninfo, settings.connect_args, keep, most, settings.wait, shown=url
+        )
         return PostgresHotPath(connections)
 
     def native_async(self, store: SqlStore) -> AsyncSagaStore:

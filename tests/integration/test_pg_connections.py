@@ -78,7 +78,7 @@ def test_a_connection_lost_mid_statement_names_the_database_not_its_password(
     with pytest.raises(StorageUnavailableError) as lost:
         execute_one(connections, "SELECT 1", {})
     said = str(lost.value)
-    assert said.startswith("postgresql://postgres:***@"), said  # as the portable path says
+    assert said.startswith("postgresql+psycopg://postgres:***@"), said  # the URL as given
     assert PASSWORD not in said
 
 
@@ -87,7 +87,7 @@ def test_a_statement_the_database_refuses_names_it_too(hot_with_password: Any) -
         execute_one(hot_with_password.connections, "SELECT 1 / 0", {})
     said = str(refused.value)
     assert not isinstance(refused.value, StorageUnavailableError)  # not retried
-    assert said.startswith("postgresql://postgres:***@"), said
+    assert said.startswith("postgresql+psycopg://postgres:***@"), said
     assert "division by zero" in said
     assert PASSWORD not in said
 
@@ -109,7 +109,7 @@ def test_the_async_hot_path_names_the_database_as_the_sync_one(pg_url: str) -> N
         said = asyncio.run(divide_by_zero())
     finally:
         store.close()
-    assert said.startswith("postgresql://postgres:***@"), said
+    assert said.startswith("postgresql+psycopg://postgres:***@"), said
     assert "division by zero" in said
     assert PASSWORD not in said
 
