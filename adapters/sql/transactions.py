@@ -18,14 +18,20 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlch
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
-from saga._internal.errors import StorageError, StorageUnavailableError
+from saga._internal.errors import StorageUnavailableError
 from saga._internal.policy import STORE_RETRY, RetryPolicy
-from saga._internal.transient import refused_for_good
 
 from . import revisions
 from .binding import check_session_factory
 from .dialect import Dialect
-from .messages import first_line, masked, pool_exhausted, refused
+from .messages import (
+    first_line,
+    masked,
+    not_connected,
+    pool_exhausted,
+    statement_failed,
+    unavailable,
+)
 from .owner_liveness import OwnerLiveness
 
 if TYPE_CHECKING:
@@ -63,17 +69,15 @@ class SqlTransactions:
         try:
             yield
         except (OperationalError, InterfaceError) as error:
-            if refused_for_good(error):
-                raise refused(self.url, error) from error
-            raise StorageUnavailableError(f"{self.url}: {first_line(error)}") from error
+            raise not_connected(self.url, error) from error
         except DBAPIError as error:
             if error.connection_invalidated:
-                raise StorageUnavailableError(f"{self.url}: {first_line(error)}") from error
-            raise StorageError(f"{self.url}: {first_line(error)}") from error
+                raise unavailable(self.url, error) from error
+            raise statement_failed(self.url, error) from error
         except PoolTimeout as error:
             raise pool_exhausted(first_line(error)) from error
         except SQLAlchemyError as error:
-            raise StorageError(f"{self.url}: {first_line(error)}") from error
+            raise statement_failed(self.url, error) from error
 
     def transaction(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` in one transaction, retried while the database is unreachable."""

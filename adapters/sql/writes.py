@@ -16,14 +16,14 @@ from sqlalchemy import Connection, Label, and_, insert, or_, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from saga._internal.errors import LeaseLostError, StorageUnavailableError
+from saga._internal.errors import LeaseLostError
 from saga._internal.ports import Commit, Event, SagaRecord, StepWrite
 from saga._internal.status import SagaStatus
 
 from . import folding, reads
 from . import tables as t
 from .dialect import Dialect
-from .messages import clash_not_found, first_line
+from .messages import clash_not_found, unavailable
 from .rows import STEP_UPDATE_COLUMNS, event_values, instance_values, step_values
 
 T = TypeVar("T")
@@ -203,7 +203,7 @@ def work_in(
             session.commit()  # releases the savepoint; the transaction stays open
     except Exception as error:
         if _is_conflict(error) or _is_disconnect(error):  # rolled back: safe to run again
-            raise StorageUnavailableError(f"{url}: {first_line(error)}") from error
+            raise unavailable(url, error) from error
         raise StepRaised(error) from error
     return result
 
