@@ -5,6 +5,7 @@ taking its parent's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -24,10 +25,10 @@ from tests.postgres import libpq_url
 pytestmark = pytest.mark.postgres
 
 
-@pytest.fixture
-def hot(pg_url: str) -> Iterator[Any]:
-    """The hot path of a fresh store, one connection opened and idle."""
-    store = SqlSagaStore(pg_url, PostgresDialect())
+@contextlib.contextmanager
+def hot_path(url: str) -> Iterator[Any]:
+    """The hot path of a fresh store on ``url``, one connection opened and idle."""
+    store = SqlSagaStore(url, PostgresDialect())
     try:
         assert store.hot is not None
         store.ensure_schema()
@@ -35,6 +36,12 @@ def hot(pg_url: str) -> Iterator[Any]:
         yield store.hot
     finally:
         store.close()
+
+
+@pytest.fixture
+def hot(pg_url: str) -> Iterator[Any]:
+    with hot_path(pg_url) as path:
+        yield path
 
 
 def test_a_connection_the_server_ended_is_closed_and_replaced(
@@ -56,16 +63,15 @@ def test_a_connection_the_server_ended_is_closed_and_replaced(
 PASSWORD = "pw-" + uuid.uuid4().hex
 
 
+def with_password(url: str) -> str:
+    return make_url(url).set(password=PASSWORD).render_as_string(hide_password=False)
+
+
 @pytest.fixture
 def hot_with_password(pg_url: str) -> Iterator[Any]:
     """The hot path of a store whose URL carries a password."""
-    url = make_url(pg_url).set(password=PASSWORD).render_as_string(hide_password=False)
-    store = SqlSagaStore(url, PostgresDialect())
-    try:
-        store.ensure_schema()
-        yield store.hot
-    finally:
-        store.close()
+    with hot_path(with_password(pg_url)) as path:
+        yield path
 
 
 def test_a_connection_lost_mid_statement_names_the_database_not_its_password(
@@ -93,8 +99,7 @@ def test_a_statement_the_database_refuses_names_it_too(hot_with_password: Any) -
 
 
 def test_the_async_hot_path_names_the_database_as_the_sync_one(pg_url: str) -> None:
-    url = make_url(pg_url).set(password=PASSWORD).render_as_string(hide_password=False)
-    store = SqlSagaStore(url, PostgresDialect())
+    store = SqlSagaStore(with_password(pg_url), PostgresDialect())
     native = PostgresAsyncStore(store, connect_args={})
 
     async def divide_by_zero() -> str:
