@@ -151,6 +151,9 @@ class Monitor(Actor):
         self.expected_total = expected_total
         self.samples = 0
         self.peak_unfinished = 0
+        self.peak_connections: dict[str, int] = {}
+        """The most server connections seen at once, by process incarnation (its
+        application name, as the fleet sets it)."""
         self.problems: list[str] = []
 
     def loop(self) -> None:
@@ -164,6 +167,16 @@ class Monitor(Actor):
         unfinished = len(self.coord.list(ACTIVE, limit=5000))
         self.peak_unfinished = max(self.peak_unfinished, unfinished)
         total, negative = bank.total(connection)
+        for name, count in _connections_by_application(connection):
+            self.peak_connections[name] = max(self.peak_connections.get(name, 0), count)
         self.samples += 1
         if total != self.expected_total or negative:
             self.problems.append(f"sample {self.samples}: total {total}, negative {negative}")
+
+
+def _connections_by_application(connection: psycopg.Connection[Any]) -> list[tuple[str, int]]:
+    """The server's connections now, counted by the fleet's application names."""
+    return connection.execute(
+        "SELECT application_name, count(*) FROM pg_stat_activity"
+        " WHERE application_name LIKE 'soak-%' GROUP BY application_name"
+    ).fetchall()

@@ -41,7 +41,7 @@ class Member:
             output.write(f"--- {self.name} incarnation {self.incarnations}\n".encode())
             output.flush()
             # Named in pg_stat_activity, to tell whose connections are whose.
-            env = {**child_env(), "PGAPPNAME": f"soak-{self.name}"}
+            env = {**child_env(), "PGAPPNAME": f"soak-{self.name}-{self.incarnations}"}
             self.process = subprocess.Popen(
                 self.command, cwd=ROOT, env=env, stdout=output, stderr=output
             )

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy import make_url
+
 from saga import Coordinator
 from tests.children import ROOT, child_env
 from tests.soak import bank
@@ -57,6 +59,12 @@ class Settings:
     seconds: float
     workers: int = 3
     driver_threads: int = 300
+    driver_pool: int = 10
+    """What each of the driver's saga pools (the store's, the hot path's) opens at most:
+    with its liveness session and the bank's 8, its 300 threads hold at most 29 of
+    PostgreSQL's 100 connections, which the workers, this process and the suite's other
+    tests share. Left to the defaults, each restart's burst opened up to 59, and a test
+    beside the soak was refused ("too many clients already")."""
     driver_lease: float = 3.0
     worker_lease: str = "2s"
     worker_interval: str = "0.2s"
@@ -83,6 +91,8 @@ class Report:
     driver_errors: list[str] = dataclasses.field(default_factory=list)
     samples: int = 0
     peak_unfinished: int = 0
+    peak_connections: dict[str, int] = dataclasses.field(default_factory=dict)
+    """The most server connections each process incarnation held at once (sampled)."""
     load_seconds: float = 0.0
     settle_seconds: float = 0.0
     wall_seconds: float = 0.0
@@ -92,12 +102,18 @@ class Report:
         print(text, flush=True)
 
 
+def with_pool_size(url: str, size: int) -> str:
+    """``url`` with saga's ``pool_size`` option, which bounds each of a process's pools."""
+    bounded = make_url(url).update_query_dict({"pool_size": str(size)})
+    return bounded.render_as_string(hide_password=False)
+
+
 def driver_command(settings: Settings, journal: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
         "tests.soak.driver",
-        settings.url,
+        with_pool_size(settings.url, settings.driver_pool),
         settings.bank_url,
         str(journal),
         "--seed",
@@ -174,6 +190,7 @@ def run(settings: Settings) -> Report:
         report.bank_problems = monitor.problems
         report.samples = monitor.samples
         report.peak_unfinished = monitor.peak_unfinished
+        report.peak_connections = monitor.peak_connections
     report.begun, report.outcomes = read_journal(str(journal))
     lines = journal.read_text().splitlines()
     told = (settings.workdir / "driver.log").read_text(errors="replace")

@@ -27,7 +27,7 @@ import pytest
 from saga import Coordinator
 from tests import postgres
 from tests.faults import figures
-from tests.soak import soak
+from tests.soak import bank, soak
 from tests.soak.checks import Verdict, check_everything
 
 SOAK_SECONDS = float(os.environ.get("SAGA_SOAK_SECONDS") or 45)
@@ -83,6 +83,16 @@ def _check_processes(report: soak.Report, where: Path) -> None:
     assert not report.driver_errors, f"the driver saw errors: {report.driver_errors[:5]}"
     assert not report.bank_problems, f"the bank lost money mid-run: {report.bank_problems[:5]}"
     assert report.kills, "the killer never killed"
+    # pool_size bounds each of the driver's two saga pools; its liveness session (one)
+    # and the bank's pool are the rest.
+    budget = 2 * report.settings.driver_pool + 1 + bank.POOL_SIZE
+    assert 0 < _most(report, "driver") <= budget, f"over {budget}: {report.peak_connections}"
+
+
+def _most(report: soak.Report, role: str) -> int:
+    """The most connections any incarnation of ``role`` was seen holding at once."""
+    named = f"soak-{role}"
+    return max((c for n, c in report.peak_connections.items() if n.startswith(named)), default=0)
 
 
 def _figures(report: soak.Report, verdict: Verdict) -> None:
@@ -108,6 +118,8 @@ def _figures(report: soak.Report, verdict: Verdict) -> None:
         "soak: operator cancel/compensate commands that acted": len(acted),
         "soak: operator commands refused (exit 1)": len(report.actions) - len(acted),
         "soak: peak of sagas running or compensating at once": report.peak_unfinished,
+        "soak: most connections a driver held at once (sampled)": _most(report, "driver"),
+        "soak: most connections a worker held at once (sampled)": _most(report, "worker"),
         "soak: bank samples with money conserved, none negative": report.samples,
         "soak: bank effects applied (at most once each)": verdict.applied,
         "soak: bank effects undone (at most once each)": verdict.undone,
@@ -127,6 +139,8 @@ def _figures(report: soak.Report, verdict: Verdict) -> None:
         f"{len(self_kills)} by a crash-looping step; operator: {len(acted)} acted, "
         f"{len(report.actions) - len(acted)} refused; driver outcomes {dict(outcomes)}, "
         f"{report.resubmitted} re-submissions; peak unfinished {report.peak_unfinished}; "
+        f"connections at once: driver {_most(report, 'driver')}, "
+        f"worker {_most(report, 'worker')}; "
         f"bank: {verdict.applied} effects applied, {verdict.undone} undone, "
         f"{report.samples} samples"
     )
