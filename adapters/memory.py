@@ -31,6 +31,7 @@ from saga._internal.errors import (
     UnknownSagaError,
 )
 from saga._internal.ports import (
+    CREATION_TICK,
     ClaimGuard,
     Commit,
     Event,
@@ -71,6 +72,7 @@ class InMemorySagaStore:
         self._keys: dict[tuple[str, str], str] = {}
         self._events: list[EventRecord] = []
         self._last_event_id = 0  # never reused, like the SQL store's sequence
+        self._newest_created = 0.0
 
     # -- schema and lifecycle ---------------------------------------------------------
 
@@ -94,7 +96,8 @@ class InMemorySagaStore:
                 return self._loaded(saga.id), True
             if saga.key is not None and (saga.name, saga.key) in self._keys:
                 return self._loaded(self._keys[(saga.name, saga.key)]), False
-            now = self.now()
+            # A clock read twice alike (a test's, a coarse one) still lists in the order made.
+            now = self._newest_created = max(self.now(), self._newest_created + CREATION_TICK)
             stored = dataclasses.replace(
                 saga,
                 created_at=now,

@@ -685,6 +685,16 @@ class StoreContract:
 
     # -- lists ----------------------------------------------------------------------------
 
+    def test_sagas_made_back_to_back_list_in_the_order_made(self, store: SagaStore) -> None:
+        # Made faster than SQLite's clock ticks (a millisecond): several share a tick.
+        ids = [create(store).id for _ in range(200)]
+        newest_first = list(reversed(ids))
+        assert [s.id for s in store.list(ListQuery(limit=500))] == newest_first
+        paged: list[str] = []
+        while page := store.list(ListQuery(limit=70, before=paged[-1] if paged else None)):
+            paged += [s.id for s in page]
+        assert paged == newest_first
+
     def test_list_is_newest_first_with_filters_and_keyset_pages(self, store: SagaStore) -> None:
         made = []
         for n in range(5):

@@ -78,6 +78,11 @@ class Dialect(Protocol):
         """The database clock as seconds since the epoch."""
         ...
 
+    def creation_time(self) -> ColumnElement[float]:
+        """A new saga's ``created_at``: the clock, made later than every saga's before
+        it where the clock alone could tie (lists are ordered by it, newest first)."""
+        ...
+
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         """``INSERT`` that silently skips a row clashing with a unique key."""
         ...

@@ -159,6 +159,10 @@ class PostgresDialect:
         # clock_timestamp(), not now(): now() is frozen at the transaction's start.
         return cast(func.extract("epoch", func.clock_timestamp()), Float)
 
+    def creation_time(self) -> ColumnElement[float]:
+        # Microseconds, and a creation takes a round trip: no two sagas tie.
+        return self.now()
+
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()
 

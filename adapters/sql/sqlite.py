@@ -4,16 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Engine, Insert, Select, Table, create_engine, event, func
+from sqlalchemy import (
+    ColumnElement,
+    Engine,
+    Insert,
+    Select,
+    Table,
+    create_engine,
+    event,
+    func,
+    select,
+)
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.engine import make_url
 
 from saga._internal.errors import ConfigurationError
-from saga._internal.ports import AsyncSagaStore
+from saga._internal.ports import CREATION_TICK, AsyncSagaStore
 
 from .dialect import SqlStore
 from .pool_option import OPTIONS
 from .sqlite_writer import SqliteHotPath, is_file_database
+from .tables import instances
 
 BUSY_TIMEOUT_SECONDS = 30.0
 _UNIX_EPOCH_JULIAN_DAY = 2440587.5
@@ -56,6 +67,11 @@ class SqliteDialect:
     def now(self) -> ColumnElement[float]:
         # julianday('now') has millisecond precision, unlike CURRENT_TIMESTAMP.
         return (func.julianday("now") - _UNIX_EPOCH_JULIAN_DAY) * 86400.0
+
+    def creation_time(self) -> ColumnElement[float]:
+        # As the hot path's CREATED: one writer at a time, so the newest read is the newest.
+        newest = select(func.max(instances.c.created_at)).scalar_subquery()
+        return func.max(self.now(), func.coalesce(newest, 0.0) + CREATION_TICK)
 
     def insert_ignoring_conflicts(self, table: Table) -> Insert:
         return insert(table).on_conflict_do_nothing()

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import URL, make_url
 
 from saga._internal.errors import StorageError, StorageUnavailableError
-from saga._internal.ports import Commit, SagaRecord, StepWrite
+from saga._internal.ports import CREATION_TICK, Commit, SagaRecord, StepWrite
 
 from .messages import first_line, masked
 from .rows import (
@@ -43,6 +43,14 @@ T = TypeVar("T")
 
 _NOW = "(julianday('now') - 2440587.5) * 86400.0"
 
+_CREATED = (
+    f"max({_NOW}, coalesce((SELECT max(created_at) FROM saga_instances), 0) + {CREATION_TICK!r})"
+)
+"""A new saga's ``created_at``. The clock ticks in milliseconds: sagas made within one
+would tie, and list (newest first) in the order of their random ids. SQLite writes one
+transaction at a time, so the newest ``created_at`` read here is the newest there is;
+an index gives it (``ix_saga_instances_created``)."""
+
 
 def _names(columns: tuple[str, ...]) -> str:
     return ", ".join(columns)
@@ -56,7 +64,7 @@ _CREATE = (
     f"INSERT INTO saga_instances ({_names(INSTANCE_COLUMNS)}, "
     "deadline, created_at, updated_at, lease_expires_at, commit_token) "
     f"VALUES ({_binds(INSTANCE_COLUMNS)}, "
-    f"{_NOW} + :deadline, {_NOW}, {_NOW}, {_NOW} + :ttl, :token) "
+    f"{_NOW} + :deadline, {_CREATED}, {_NOW}, {_NOW} + :ttl, :token) "
     "ON CONFLICT DO NOTHING"
 )
 

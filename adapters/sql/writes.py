@@ -47,7 +47,7 @@ def insert_saga(
     now = dialect.now()
     values = {
         **instance_values(saga),
-        "created_at": now,
+        "created_at": dialect.creation_time(),
         "updated_at": now,
         "lease_expires_at": now + lease_ttl,
         "commit_token": first.token,

@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from saga._internal.record import (
+    CREATION_TICK,
     DEFAULT_LIST_LIMIT,
     ClaimGuard,
     Commit,
@@ -39,6 +40,7 @@ from saga._internal.record import (
 from saga._internal.status import SagaStatus
 
 __all__ = [
+    "CREATION_TICK",
     "DEFAULT_LIST_LIMIT",
     "AsyncSagaStore",
     "ClaimGuard",

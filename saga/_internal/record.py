@@ -301,6 +301,11 @@ DEFAULT_LIST_LIMIT = 100
 """How many sagas one page of a listing holds unless told: ``coord.list()``, the async
 twin, ``saga list`` and the web console's list all use it (docs/operating.md)."""
 
+CREATION_TICK = 1e-6
+"""Seconds a new saga's ``created_at`` is at least later than the newest saga's, in a
+store whose clock could give two sagas the same time (SQLite's ticks in milliseconds):
+lists are ordered by it, newest first, and must keep the order sagas were made in."""
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ListQuery:

@@ -10,7 +10,14 @@ from saga.adapters.memory import InMemorySagaStore
 from saga.adapters.threaded_async import ThreadedAsyncStore
 
 from saga import StorageError
-from saga._internal.ports import AsyncSagaStore, Commit, ListQuery, SagaStore, StepWrite
+from saga._internal.ports import (
+    CREATION_TICK,
+    AsyncSagaStore,
+    Commit,
+    ListQuery,
+    SagaStore,
+    StepWrite,
+)
 from saga._internal.store import async_store, open_store
 from tests.store_contract import (
     TTL,
@@ -71,10 +78,14 @@ class TestInMemoryStore(StoreContract):
         assert len(store.load(saga.id).steps) == 1  # type: ignore[union-attr]
         assert kinds(store, saga.id) == []
 
-    def test_list_breaks_ties_on_id(self, store: SagaStore) -> None:
-        """Only this clock stands still: sagas created at one instant, ordered by id."""
-        ids = [create(store, saga_id=f"id-{n}").id for n in (1, 3, 2)]
-        assert [s.id for s in store.list(ListQuery())] == sorted(ids, reverse=True)
+    def test_sagas_made_at_one_instant_are_a_tick_apart_in_the_order_made(
+        self, store: SagaStore
+    ) -> None:
+        """Only this clock stands still: the store, not the ids' order, tells them apart."""
+        made = [create(store, saga_id=f"id-{n}") for n in (1, 3, 2)]
+        assert [s.id for s in store.list(ListQuery())] == ["id-2", "id-3", "id-1"]
+        start = store.now()
+        assert [s.created_at for s in made] == [start + n * CREATION_TICK for n in range(3)]
 
 
 class TestThreadedAsyncOnMemory(AsyncStoreContract):
