@@ -147,7 +147,10 @@ class Step:
             self.declared_compensation_result_type = result_type
             return undo
 
-        return attach(fn) if fn is not None else attach
+        if fn is None:
+            return attach
+        _require_function(fn, f"step {self.name!r}", "@step.compensation")
+        return attach(fn)
 
     def reconcile(self, fn: StepFn, /) -> StepFn:
         """Declare how to learn whether an attempt of this step that never reported back
@@ -235,6 +238,7 @@ class Saga:
             _check_exhausted(self.name, on_exhausted)
 
         def declare(action: StepFn) -> Step:
+            _require_function(action, f"saga {self.name!r}", "@saga.step", naming="name")
             step = Step(
                 name=options.get("name") or action.__name__,
                 fn=action,
@@ -397,3 +401,14 @@ def _find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:
                 on_path.add(dep)
                 pending.append(iter(deps.get(dep, ())))
     return []
+
+
+def _require_function(given: object, whose: str, decorator: str, naming: str | None = None) -> None:
+    """A decorator given anything but a function says so in one line: a name passed
+    where the function goes (``@saga.step("reserve")``) is the likely slip."""
+    if callable(given):
+        return
+    hint = ""
+    if naming is not None and isinstance(given, str):
+        hint = f"; to name it, write {decorator}({naming}={given!r})"
+    raise DefinitionError(f"{whose}: {decorator} takes a function, not {given!r}{hint}")

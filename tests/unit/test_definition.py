@@ -77,6 +77,24 @@ def test_duplicate_step_names_are_refused() -> None:
         saga.validate()
 
 
+def test_a_step_name_given_where_the_function_goes_says_how_to_name_it() -> None:
+    saga = fresh()
+    with pytest.raises(DefinitionError) as caught:
+        saga.step("reserve")  # type: ignore[call-overload]
+    expected = "@saga.step takes a function, not 'reserve'; to name it, write "
+    assert expected + "@saga.step(name='reserve')" in str(caught.value)
+    assert str(caught.value).startswith(f"saga {saga.name!r}: ")
+    assert saga.steps == []  # nothing declared
+
+
+def test_a_compensation_given_no_function_is_refused_in_one_line() -> None:
+    saga = fresh()
+    charge = saga.step(name="charge")(noop)
+    with pytest.raises(DefinitionError, match=r"^step 'charge': @step.compensation takes a "):
+        charge.compensation("refund")  # type: ignore[call-overload]
+    assert charge.undo is None  # nothing attached
+
+
 def test_unknown_dependency_names_both_steps() -> None:
     saga = fresh()
     saga.step(name="charge", after=("reserve",))(noop)
