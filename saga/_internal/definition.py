@@ -139,6 +139,7 @@ class Step:
         ``result_type`` types what it returns when read back (else its annotation)."""
 
         def attach(undo: StepFn) -> StepFn:
+            _require_function(undo, f"step {self.name!r}", "@step.compensation")
             if self.undo is not None:
                 raise DefinitionError(f"step {self.name!r} already has a compensation")
             self.undo = undo
@@ -147,10 +148,7 @@ class Step:
             self.declared_compensation_result_type = result_type
             return undo
 
-        if fn is None:
-            return attach
-        _require_function(fn, f"step {self.name!r}", "@step.compensation")
-        return attach(fn)
+        return attach(fn) if fn is not None else attach
 
     def reconcile(self, fn: StepFn, /) -> StepFn:
         """Declare how to learn whether an attempt of this step that never reported back
@@ -238,7 +236,7 @@ class Saga:
             _check_exhausted(self.name, on_exhausted)
 
         def declare(action: StepFn) -> Step:
-            _require_function(action, f"saga {self.name!r}", "@saga.step", naming="name")
+            _require_function(action, f"saga {self.name!r}", "@saga.step", named=True)
             step = Step(
                 name=options.get("name") or action.__name__,
                 fn=action,
@@ -403,12 +401,11 @@ def _find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:
     return []
 
 
-def _require_function(given: object, whose: str, decorator: str, naming: str | None = None) -> None:
+def _require_function(given: object, whose: str, decorator: str, named: bool = False) -> None:
     """A decorator given anything but a function says so in one line: a name passed
     where the function goes (``@saga.step("reserve")``) is the likely slip."""
     if callable(given):
         return
-    hint = ""
-    if naming is not None and isinstance(given, str):
-        hint = f"; to name it, write {decorator}({naming}={given!r})"
+    naming = named and isinstance(given, str)
+    hint = f"; to name it, write {decorator}(name={given!r})" if naming else ""
     raise DefinitionError(f"{whose}: {decorator} takes a function, not {given!r}{hint}")
