@@ -18,6 +18,7 @@ from saga._internal.policy import (
     DEFAULT_RETRIABLE_RETRY,
     DEFAULT_STEP_RETRY,
     RetryPolicy,
+    check_step_settings,
 )
 from saga._internal.status import StepKind
 from saga._internal.typed import result_type_of
@@ -140,6 +141,7 @@ class Step:
 
         def attach(undo: StepFn) -> StepFn:
             _require_function(undo, f"step {self.name!r}", "@step.compensation")
+            check_step_settings(f"step {self.name!r}, its compensation", retry)
             if self.undo is not None:
                 raise DefinitionError(f"step {self.name!r} already has a compensation")
             self.undo = undo
@@ -222,9 +224,7 @@ class Saga:
         ``result_type``, by default the function's return annotation when it names a
         dataclass or a pydantic model (see ``saga._internal.typed``). The options are
         :class:`StepOptions`'s."""
-        unknown = sorted(options.keys() - StepOptions.__optional_keys__)
-        if unknown:  # what Python says of a keyword a signature does not name
-            raise TypeError(f"step() got an unexpected keyword argument {unknown[0]!r}")
+        _refuse_unknown(options)
         retriable = options.get("retriable", False)
         kind = self._kind(options.get("pivot", False), retriable)
         retry = options.get("retry") or (
@@ -237,8 +237,10 @@ class Saga:
 
         def declare(action: StepFn) -> Step:
             _require_function(action, f"saga {self.name!r}", "@saga.step", named=True)
+            name = options.get("name") or action.__name__
+            check_step_settings(f"saga {self.name!r}, step {name!r}", retry, options.get("timeout"))
             step = Step(
-                name=options.get("name") or action.__name__,
+                name=name,
                 fn=action,
                 retry=retry,
                 timeout=options.get("timeout"),
@@ -399,6 +401,12 @@ def _find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:
                 on_path.add(dep)
                 pending.append(iter(deps.get(dep, ())))
     return []
+
+
+def _refuse_unknown(options: StepOptions) -> None:
+    unknown = sorted(options.keys() - StepOptions.__optional_keys__)
+    if unknown:  # what Python says of a keyword a signature does not name
+        raise TypeError(f"step() got an unexpected keyword argument {unknown[0]!r}")
 
 
 def _require_function(given: object, whose: str, decorator: str, named: bool = False) -> None:

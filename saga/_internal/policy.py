@@ -10,6 +10,7 @@ crashes: a process that resumes a step after two attempts only gets
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from tenacity.wait import wait_base
 
 from saga._internal.errors import (
     ConfigurationError,
+    DefinitionError,
     LeaseLostError,
     PayloadError,
     StorageUnavailableError,
@@ -223,3 +225,24 @@ STORE_RETRY = RetryPolicy(
     max_elapsed=30.0,
 )
 """Store calls after a lost connection: retried for up to 30 seconds."""
+
+
+def check_step_settings(whose: str, retry: object, timeout: object = None) -> None:
+    """A step's ``retry`` and ``timeout`` as given (None: the defaults), refused in one
+    line when declared, not found wrong in the middle of a run."""
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise DefinitionError(
+            f"{whose}: retry must be a RetryPolicy, not {retry!r}; "
+            "e.g. retry=RetryPolicy(max_attempts=5)"
+        )
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not 0 < timeout < math.inf
+    ):
+        raise DefinitionError(
+            f"{whose}: timeout must be a finite number of seconds above 0 (None: no limit), "
+            f"not {timeout!r}"
+        )

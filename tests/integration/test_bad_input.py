@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +16,7 @@ from saga import (
     ConfigurationError,
     Coordinator,
     DatabaseRefusedError,
+    DefinitionError,
     PayloadError,
     Saga,
     SagaFailed,
@@ -375,3 +377,46 @@ def test_async_context_manager_sagas_refuse_bad_input_the_same_way(db_url: str) 
 
     asyncio.run(scenario())
     assert [c[0] for c in steps.CALLS] == ["debit", "unserialisable", "refund"]
+
+
+BAD_SETTINGS: dict[str, tuple[dict[str, Any], str]] = {
+    "retry not a policy": ({"retry": 3}, "retry must be a RetryPolicy, not 3"),
+    "timeout below zero": ({"timeout": -1}, "timeout must be a finite number of seconds"),
+    "timeout zero": ({"timeout": 0}, "timeout must be a finite number of seconds"),
+    "timeout a string": ({"timeout": "5s"}, "above 0 (None: no limit), not '5s'"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD_SETTINGS))
+def test_bad_step_settings_are_refused_where_declared_and_nothing_is_written(
+    coord: Coordinator, kind: str
+) -> None:
+    settings, said = BAD_SETTINGS[kind]
+    with (
+        pytest.raises(DefinitionError, match=r"^step 'debit': ") as raised,
+        coord.saga("bad-settings") as s,
+    ):
+        s.step(steps.debit, "alice", 1, **settings)
+    assert said in str(raised.value)
+    assert steps.CALLS == []
+    assert coord.list() == []
+    declared = Saga(f"bad-settings-{kind}")
+    with pytest.raises(DefinitionError, match=r"^saga '.*', step 'debit': ") as refused:
+        declared.step(**settings)(steps.debit)
+    assert said in str(refused.value)
+    assert declared.steps == []
+
+
+@pytest.mark.parametrize("kind", list(BAD_SETTINGS))
+def test_bad_step_settings_are_refused_by_the_async_scope_too(db_url: str, kind: str) -> None:
+    settings, said = BAD_SETTINGS[kind]
+
+    async def scenario() -> list[SagaView]:
+        async with AsyncCoordinator(db_url) as coord:
+            with pytest.raises(DefinitionError, match=re.escape(said)):
+                async with coord.saga("bad-settings") as s:
+                    await s.step(steps.debit, "alice", 1, **settings)
+            return await coord.list()
+
+    assert asyncio.run(scenario()) == []
+    assert steps.CALLS == []

@@ -27,7 +27,7 @@ from saga._internal.errors import (
     SagaFailed,
 )
 from saga._internal.failure import recorded_failure
-from saga._internal.policy import DEFAULT_STEP_RETRY, RetryPolicy
+from saga._internal.policy import DEFAULT_STEP_RETRY, RetryPolicy, check_step_settings
 from saga._internal.ports import Event, SagaRecord, StepRecord, StepWrite
 from saga._internal.status import SagaStatus, StepKind, StepStatus
 from saga._internal.typed import result_type_of, revive
@@ -76,6 +76,8 @@ def step_call(
     :mod:`saga._internal.signature`): ``fn(*args, **kwargs)`` is the step,
     ``compensate(result, *args, **kwargs)`` undoes it; ``transactional``, ``retry``,
     ``timeout``, ``step_name`` and ``result_type`` as a declarative step's."""
+    if retry is not None or timeout is not None:  # most calls give neither: no cost then
+        check_step_settings(f"step {step_name or getattr(fn, '__name__', fn)!r}", retry, timeout)
     return StepCall(
         fn, args, kwargs, compensate, transactional, retry, timeout, step_name, result_type
     )
