@@ -29,9 +29,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sqlalchemy import make_url
-
 from saga import Coordinator
+from tests import postgres
 from tests.children import ROOT, child_env
 from tests.soak import bank
 from tests.soak.actors import ACTIVE, Action, Kill, Killer, Monitor, Operator, saga_cli
@@ -102,18 +101,12 @@ class Report:
         print(text, flush=True)
 
 
-def with_pool_size(url: str, size: int) -> str:
-    """``url`` with saga's ``pool_size`` option, which bounds each of a process's pools."""
-    bounded = make_url(url).update_query_dict({"pool_size": str(size)})
-    return bounded.render_as_string(hide_password=False)
-
-
 def driver_command(settings: Settings, journal: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
         "tests.soak.driver",
-        with_pool_size(settings.url, settings.driver_pool),
+        postgres.with_query(settings.url, pool_size=str(settings.driver_pool)),
         settings.bank_url,
         str(journal),
         "--seed",
