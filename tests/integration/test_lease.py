@@ -22,6 +22,10 @@ from tests.integration import steps
 from tests.integration.conftest import MakeCoordinator
 from tests.integration.support import expire_lease, kinds
 
+NO_RENEWAL = 600.0
+"""The lease of a holder whose saga a test takes over: its heartbeat (every third of it)
+must not renew the lease between the test's expiry and the rival's claim."""
+
 
 def test_a_running_saga_shows_its_owner_epoch_and_lease(make_coord: MakeCoordinator) -> None:
     coord, observer = make_coord(lease_ttl=5.0), make_coord()
@@ -75,7 +79,7 @@ def test_the_heartbeat_keeps_a_long_step_leased(make_coord: MakeCoordinator) -> 
 
 
 def test_after_a_takeover_the_old_executor_writes_nothing(make_coord: MakeCoordinator) -> None:
-    old = make_coord(lease_ttl=30.0)
+    old = make_coord(lease_ttl=NO_RENEWAL)  # its heartbeat must not undo the expiry
     new = make_coord(lease_ttl=30.0)
     ran: list[str] = []
     ids: list[str] = []
@@ -116,7 +120,7 @@ def test_after_a_takeover_the_old_executor_writes_nothing(make_coord: MakeCoordi
 
 
 def test_a_context_manager_saga_stops_after_a_takeover(make_coord: MakeCoordinator) -> None:
-    old = make_coord(lease_ttl=30.0)
+    old = make_coord(lease_ttl=NO_RENEWAL)  # its heartbeat must not undo the expiry
     new = make_coord(lease_ttl=30.0)
     with pytest.raises(LeaseLostError), old.saga("lease-fenced-cm") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 5, compensate=steps.refund)
@@ -192,7 +196,7 @@ def test_one_renewal_extends_every_held_lease_and_reports_lost_and_stopped(
 
 
 def test_an_event_fenced_by_a_superseded_epoch_is_not_written(make_coord: MakeCoordinator) -> None:
-    old, new = make_coord(lease_ttl=30.0), make_coord(lease_ttl=30.0)
+    old, new = make_coord(lease_ttl=NO_RENEWAL), make_coord(lease_ttl=30.0)
     written: list[bool] = []
     with pytest.raises(LeaseLostError), old.saga("lease-fenced-event") as s:  # noqa: PT012 - the block is the saga
         s.step(steps.debit, "alice", 5, compensate=steps.refund)
