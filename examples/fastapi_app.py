@@ -227,8 +227,9 @@ def key_reused(reused: InputMismatchError) -> HTTPException:
 
 
 def unstorable(refused: PayloadError) -> HTTPException:
-    """422: input no database could store (a key over the size limit, a NUL byte), refused
-    before anything was written. Its message names the field and the problem, nothing else."""
+    """422: input no database could store (a key over the size limit, a NUL byte) or a blank
+    key, refused before anything was written. Its message names the field and the problem,
+    nothing else."""
     detail = {"problem": "unstorable_input", "message": str(refused)}
     return HTTPException(status_code=422, detail=detail)
 

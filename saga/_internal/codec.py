@@ -129,10 +129,21 @@ name and key form one entry of a unique index, and a PostgreSQL index entry hold
 most 2704 bytes; the limits are the same on every backend."""
 
 
-def check_name(value: object, what: str, limit: int = MAX_NAME_BYTES) -> None:
-    """Refuse a name or key that no backend could store and index (``PayloadError``)."""
+NAMELESS = "give it a name with at least one visible character"
+KEYLESS = "one blank key would make every run given it the same saga; pass key=None for none"
+"""What to do instead of a blank name, or of a blank idempotency key (:func:`check_name`)."""
+
+
+def check_name(
+    value: object, what: str, limit: int = MAX_NAME_BYTES, blank: str = NAMELESS
+) -> None:
+    """Refuse a name or key that no backend could store and index, or that is blank: empty
+    or only whitespace, which names nothing an operator could tell apart (``PayloadError``,
+    ending with ``blank``)."""
     if not isinstance(value, str):
         raise PayloadError(what, f"must be a string, not {type(value).__name__}")
+    if not value.strip():
+        raise PayloadError(what, f"is {'only whitespace' if value else 'empty'}; {blank}")
     if "\x00" in value:
         raise PayloadError(what, "contains a NUL byte, which cannot be stored; remove it")
     try:

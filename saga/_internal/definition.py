@@ -165,6 +165,21 @@ class Step:
         return fn
 
 
+def _refuse_bad_name(saga: object, what: str, name: object) -> None:
+    """A name no backend could store, or a blank one, refused as the saga's DefinitionError."""
+    try:
+        check_name(name, what)
+    except PayloadError as error:
+        raise DefinitionError(f"saga {saga!r}: {error}") from None
+
+
+def _step_name(saga: str, given: str | None, action: StepFn) -> str:
+    """A declared step's name: ``name=``, else its function's; refused when unfit."""
+    name = action.__name__ if given is None else given
+    _refuse_bad_name(saga, "step name", name)
+    return name
+
+
 class Saga:
     """A named, registered saga whose steps any process can resume.
 
@@ -189,6 +204,7 @@ class Saga:
         deadline: timedelta | None = None,
         on_exhausted: OnExhausted = "fail",
     ) -> None:
+        _refuse_bad_name(name, "saga name", name)
         if on_crash not in ("resume", "compensate"):
             raise DefinitionError(f"saga {name!r}: on_crash must be 'resume' or 'compensate'")
         _check_exhausted(name, on_exhausted)
@@ -237,7 +253,7 @@ class Saga:
 
         def declare(action: StepFn) -> Step:
             _require_function(action, f"saga {self.name!r}", "@saga.step", named=True)
-            name = options.get("name") or action.__name__
+            name = _step_name(self.name, options.get("name"), action)
             check_step_settings(f"saga {self.name!r}, step {name!r}", retry, options.get("timeout"))
             step = Step(
                 name=name,
@@ -294,10 +310,7 @@ class Saga:
         no backend can store (a NUL byte, too long)."""
         seen: set[str] = set()
         for what, name in [("saga name", self.name)] + [("step name", s.name) for s in self.steps]:
-            try:
-                check_name(name, what)
-            except PayloadError as error:
-                raise DefinitionError(f"saga {self.name!r}: {error}") from None
+            _refuse_bad_name(self.name, what, name)
         for step in self.steps:
             if step.name in seen:
                 raise DefinitionError(f"saga {self.name!r}: two steps are named {step.name!r}")

@@ -204,10 +204,15 @@ def test_nul_bytes_in_names_and_keys_are_refused_on_every_backend(
     for what, attempt in attempts.items():
         _refused(url, PayloadError, attempt, what.strip(), "NUL byte")
     for saga_name, step_name in (("faults-nul\x00", "s1"), ("faults-nul-step", "s\x001")):
-        saga = Saga(saga_name)
-        saga.step(name=step_name)(sagas.declared_action)
-        register = functools.partial(coord.register, saga)
-        _refused(url, DefinitionError, register, repr(saga_name), "NUL byte")
+        declare = functools.partial(_declare_and_register, coord, saga_name, step_name)
+        _refused(url, DefinitionError, declare, repr(saga_name), "NUL byte")
+
+
+def _declare_and_register(coord: Coordinator, saga_name: str, step_name: str) -> None:
+    """Declare a one-step saga and register it (a bad name is refused at its declaration)."""
+    saga = Saga(saga_name)
+    saga.step(name=step_name)(sagas.declared_action)
+    coord.register(saga)
 
 
 def test_names_and_keys_too_long_to_index_are_refused_on_every_backend(

@@ -333,6 +333,61 @@ def test_a_nul_byte_in_a_key_is_refused_by_the_async_coordinator_too(db_url: str
     assert steps.CALLS == []
 
 
+BLANKS = {"": "empty", "  \t": "only whitespace"}
+
+
+@pytest.mark.parametrize("blank", list(BLANKS), ids=list(BLANKS.values()))
+def test_a_blank_saga_or_step_name_is_refused_where_it_is_declared(blank: str) -> None:
+    said = BLANKS[blank]
+    with pytest.raises(DefinitionError, match=rf"saga name: is {said}; give it a name"):
+        Saga(blank)
+    saga = Saga("bad-blank-step")
+    with pytest.raises(DefinitionError, match=rf"step name: is {said}; give it a name"):
+        saga.step(name=blank)(lambda ctx: None)
+    assert saga.steps == []
+
+
+@pytest.mark.parametrize("blank", list(BLANKS), ids=list(BLANKS.values()))
+def test_a_blank_name_or_key_is_refused_before_anything_is_written(
+    coord: Coordinator, blank: str
+) -> None:
+    """A blank key would make every run given it one saga: the second order would get
+    the first one's answer. Refused, as a blank name is, on every backend alike."""
+    said = BLANKS[blank]
+    saga = Saga("bad-blank-key")
+    saga.step(name="only")(lambda ctx: steps.CALLS.append(("only",)))
+    with pytest.raises(PayloadError, match=rf"^key: is {said}; one blank key would make"):
+        coord.run(saga, key=blank)
+    with pytest.raises(PayloadError, match=rf"^key: is {said}; .* pass key=None for none$"):
+        coord.saga("bad-blank-key-cm", key=blank)
+    with pytest.raises(PayloadError, match=rf"^saga name: is {said}; give it a name"):
+        coord.saga(blank)
+    with (
+        pytest.raises(PayloadError, match=rf"^step name: is {said}; give it a name"),
+        coord.saga("bad-blank-step-cm") as s,
+    ):
+        s.step(steps.debit, "alice", 1, compensate=steps.refund, step_name=blank)
+    assert steps.CALLS == []
+    assert coord.list() == []
+
+
+def test_a_blank_key_is_refused_by_the_async_coordinator_too(db_url: str) -> None:
+    saga = Saga("bad-blank-key-async")
+
+    @saga.step()
+    async def only(ctx: StepContext) -> None:
+        steps.CALLS.append(("only",))
+
+    async def run() -> list[SagaView]:
+        async with AsyncCoordinator(db_url) as coord:
+            with pytest.raises(PayloadError, match=r"^key: is empty; one blank key would make"):
+                await coord.run(saga, key="")
+            return await coord.list()
+
+    assert asyncio.run(run()) == []
+    assert steps.CALLS == []
+
+
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_bad_step_result_fails_the_step_in_the_async_twin(db_url: str, concurrency: int) -> None:
     saga = Saga(f"bad-result-async-{concurrency}", max_concurrency=concurrency)

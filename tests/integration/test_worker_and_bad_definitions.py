@@ -47,8 +47,11 @@ def test_a_definition_no_backend_can_store_leaves_the_worker_claiming(
     make_coord: MakeCoordinator,
 ) -> None:
     saga, saga_id = _stuck(make_coord)
-    unstorable = Saga("bad-definitions\x00nul")
+    with pytest.raises(DefinitionError, match="NUL byte"):
+        Saga("bad-definitions\x00nul")  # refused where it is declared
+    unstorable = Saga("bad-definitions")
     unstorable.step()(_book)
+    unstorable.name += "\x00nul"  # changed after its declaration: refused where registered
     worker = make_coord()
     with pytest.raises(DefinitionError, match="NUL byte"):
         worker.register(unstorable)

@@ -125,11 +125,13 @@ def test_a_declined_order_is_compensated_and_answered_422_every_time(client: htt
 def test_input_no_database_could_store_is_422_before_anything_runs(client: httpx.Client) -> None:
     too_long = place(client, "k" * 2001)
     with_nul = place(client, "order-4", {"item": "lamp\x00", "card": "tok_visa"})
+    blank_key = place(client, "")  # every such request would otherwise be one order
 
-    for answer in (too_long, with_nul):
+    for answer in (too_long, with_nul, blank_key):
         assert answer.status_code == 422, answer.text
         assert problem(answer) == "unstorable_input"
     assert "over the limit" in too_long.json()["detail"]["message"]
+    assert blank_key.json()["detail"]["message"].startswith("key: is empty")
     assert place(client, "order-4").status_code == 201  # nothing was recorded under the key
 
 

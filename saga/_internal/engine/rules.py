@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 
-from saga._internal.codec import MAX_KEY_BYTES, check_name
+from saga._internal.codec import KEYLESS, MAX_KEY_BYTES, check_name
 from saga._internal.definition import Saga
 from saga._internal.engine import decisions, records
 from saga._internal.errors import (
@@ -49,7 +49,7 @@ def new_saga(
     from its creation by the database clock.
     """
     if key is not None:  # refused on every backend alike, before any write
-        check_name(key, "key", MAX_KEY_BYTES)
+        check_name(key, "key", MAX_KEY_BYTES, KEYLESS)
     record = SagaRecord(
         id=str(uuid.uuid4()),
         name=saga.name,

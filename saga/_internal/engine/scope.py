@@ -14,7 +14,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
-from saga._internal.codec import MAX_KEY_BYTES, check_name, decode, encode
+from saga._internal.codec import KEYLESS, MAX_KEY_BYTES, check_name, decode, encode
 from saga._internal.engine import records
 from saga._internal.engine.attempts import StepResults
 from saga._internal.engine.decisions import GiveUp, next_attempt
@@ -107,7 +107,7 @@ class ScopeCore:
     ) -> None:
         check_name(name, "saga name")  # refused on every backend alike, before any write
         if key is not None:
-            check_name(key, "key", MAX_KEY_BYTES)
+            check_name(key, "key", MAX_KEY_BYTES, KEYLESS)
         self.owner = owner
         self.refs = refs
         self.deadline = deadline
@@ -155,8 +155,10 @@ class ScopeCore:
         fn, compensate = call.fn, call.compensate
         action_ref = self.refs.reference(fn, "step function")
         undo_ref = None if compensate is None else self.refs.reference(compensate, "compensation")
-        name = self.next_name(call.step_name or fn.__name__)
-        check_name(name, "step name")
+        base = fn.__name__ if call.step_name is None else call.step_name
+        check_name(base, "step name")  # before numbering: a second blank name would be "#2"
+        name = self.next_name(base)
+        check_name(name, "step name")  # numbered, a name at the limit passes it
         arguments = encode(
             {"args": list(call.args), "kwargs": call.kwargs},
             f"arguments of step {name!r}",
