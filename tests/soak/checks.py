@@ -13,7 +13,8 @@
 * a transfer planned to fail or to crash-loop never completed; a cancelled one
   was cancelled by the operator; a failed one is a pivot that never returned in
   all its attempts (it crash-looped, or kills kept landing in it), with nothing
-  undone;
+  undone, or a compensation whose every attempt ended with its process or its
+  lease (attempts count across crashes, as the crash tests check);
 * money: the bank's total is what it opened with, no column is negative, and
   each account is its opening balance plus the moves of the effects applied.
 """
@@ -24,6 +25,7 @@ import collections
 import dataclasses
 
 from saga import Coordinator, SagaStatus, SagaView
+from saga._internal.ports import EventRecord
 from tests.crash.invariants import MAX_STEP_ATTEMPTS, check_history, check_saga
 from tests.crash.ledger import Call, Ledger
 from tests.soak import bank
@@ -50,6 +52,8 @@ class Verdict:
     calls: int = 0
     applied: int = 0
     undone: int = 0
+    failed_by: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    """Failed transfers by what gave up: ``pivot`` or ``compensation``."""
 
 
 def check_everything(
@@ -82,8 +86,10 @@ def check_everything(
         assert view.key is not None
         plan = planned(seed, int(view.key.removeprefix("t-")), bank_url)
         own = Ledger(tuple(calls.pop(view.id, [])), frozenset(applied.pop(view.id, set())))
-        check_one(coord, view, plan, own, cancelled_by_operator)
+        gave_up = check_one(coord, view, plan, own, cancelled_by_operator)
         verdict.statuses[view.status.value] += 1
+        if gave_up is not None:
+            verdict.failed_by[gave_up] += 1
     strays = sorted(set(calls) | set(applied))[:5]
     assert not strays, f"bank calls or effects of sagas that do not exist: {strays}"
     verdict.sagas = len(views)
@@ -100,10 +106,11 @@ def check_one(
     plan: Planned,
     book: Ledger,
     cancelled_by_operator: set[str],
-) -> None:
-    """The checks of one saga; a failure tells the saga's whole story."""
+) -> str | None:
+    """The checks of one saga; a failure tells the saga's whole story. For a failed
+    saga, what gave up (see :func:`_check_failed`)."""
     try:
-        _check_one(coord, view, plan, book, cancelled_by_operator)
+        return _check_one(coord, view, plan, book, cancelled_by_operator)
     except AssertionError as failure:
         raise AssertionError(f"{failure}\n{story(coord, view, book)}") from None
 
@@ -135,7 +142,7 @@ def _check_one(
     plan: Planned,
     book: Ledger,
     cancelled_by_operator: set[str],
-) -> None:
+) -> str | None:
     where = f"saga {view.id} ({view.key}, {view.status.value}, planned {plan.fault})"
     assert view.status.is_terminal, f"{where} is not terminal"
     assert (view.name, view.input) == (plan.saga, plan.data), f"{where}: not the planned input"
@@ -150,11 +157,26 @@ def _check_one(
         assert plan.may_complete, f"{where}: completed although it was planned to {plan.fault}"
     if view.status is SagaStatus.CANCELLED:
         assert view.id in cancelled_by_operator, f"{where}: cancelled, but nobody asked"
-    if view.status is SagaStatus.FAILED:  # only a pivot that never returned, all attempts
-        pivot = view.step(bank.PIVOT)
-        assert "never returned" in (pivot.error or ""), f"{where}: {view.error}"
-        assert pivot.attempt == MAX_STEP_ATTEMPTS, f"{where}: pivot attempt {pivot.attempt}"
-        assert not any(c.effective for c in book.of(view.id, kind="undo")), f"{where}: undone"
+    return _check_failed(view, events, book, where) if view.status is SagaStatus.FAILED else None
+
+
+def _check_failed(view: SagaView, events: list[EventRecord], book: Ledger, where: str) -> str:
+    """A transfer ends ``failed`` only when every attempt of its pivot, or of one of its
+    compensations, ended with its process or its lease (killed, or taken over): the
+    attempts count across crashes (docs/reliability.md), and none of them raised."""
+    given_up = [e for e in events if e.kind == "compensation_failed"]
+    if given_up:  # kills kept landing in one compensation
+        [event] = given_up
+        assert (event.detail or {}).get("error") == "compensation attempts used up", where
+        assert event.attempt == bank.UNDO_RETRY.max_attempts, f"{where}: {event}"
+        return "compensation"
+    started = [step.name for step in view.steps]
+    assert bank.PIVOT in started, f"{where}: failed before its pivot ({started}): {view.error}"
+    pivot = view.step(bank.PIVOT)
+    assert "never returned" in (pivot.error or ""), f"{where}: {view.error}"
+    assert pivot.attempt == MAX_STEP_ATTEMPTS, f"{where}: pivot attempt {pivot.attempt}"
+    assert not any(c.effective for c in book.of(view.id, kind="undo")), f"{where}: undone"
+    return "pivot"
 
 
 def check_money(bank_url: str) -> None:

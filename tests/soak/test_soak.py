@@ -108,7 +108,10 @@ def _figures(report: soak.Report, verdict: Verdict) -> None:
         "soak: transfers ended completed": verdict.statuses["completed"],
         "soak: transfers ended compensated": verdict.statuses["compensated"],
         "soak: transfers ended cancelled": verdict.statuses["cancelled"],
-        "soak: transfers ended failed (their pivot never returned)": verdict.statuses["failed"],
+        "soak: transfers ended failed, their pivot never returned": verdict.failed_by["pivot"],
+        "soak: transfers ended failed, every attempt of a compensation died with its process": (
+            verdict.failed_by["compensation"]
+        ),
         "soak: SIGKILLs by the killer, of the driver": by_target["driver"],
         "soak: SIGKILLs by the killer, of a worker": by_target["worker"],
         "soak: processes killed by their own crash-looping step": len(self_kills),
