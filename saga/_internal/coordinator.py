@@ -84,7 +84,8 @@ class RunCall:
 class Coordinator:
     """Runs sagas durably against one database.
 
-    ``url`` defaults to ``$SAGA_DATABASE_URL``, else ``sqlite:///saga.db``.
+    ``url`` defaults to ``$SAGA_DATABASE_URL``, else ``sqlite:///saga.db``; an empty one is
+    refused (``ConfigurationError``), not taken for the default.
     ``lease_ttl`` is how long (seconds) a silent process keeps its sagas
     before a recoverer may take them: from 0.1 to 86400 (a day), else
     ``ConfigurationError``; by default ``$SAGA_LEASE_TTL``, else 30.

@@ -33,7 +33,14 @@ def open_store(
 ) -> SagaStore:
     """The store for ``url`` (default: :func:`default_url`). Without ``create_tables``
     a missing SQLite file, or a database without saga's tables, is refused
-    (``DatabaseNotFoundError``) instead of created."""
+    (``DatabaseNotFoundError``) instead of created. An empty URL is refused, not taken for
+    the default: it is what an unset variable gives (``os.environ.get("DB_URL", "")``),
+    and the default would write a production service's sagas to a local ``saga.db``."""
+    if url is not None and not url.strip():
+        raise ConfigurationError(
+            "the database URL is empty; pass one (postgresql+psycopg://... or sqlite:///FILE), "
+            "or none at all for $SAGA_DATABASE_URL, else sqlite:///saga.db"
+        )
     url = normalise_url(url or default_url())
     scheme = url.split(":", 1)[0]
     if scheme in ("sqlite", "postgresql+psycopg"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from saga import Coordinator, SagaStatus
@@ -56,6 +58,19 @@ def test_unknown_url_scheme_is_bad_input(tmp_path: object) -> None:
     line = one_error_line(result.stderr)
     assert "unknown database URL scheme 'mysql'" in line
     assert "hunter2" not in result.output
+
+
+def test_an_empty_db_url_is_bad_input_not_the_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the default would create saga.db here
+    result = invoke("", "list")  # saga --db "$DATABASE_URL" with the variable unset
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result.stderr).endswith(
+        "the database URL is empty; pass one (postgresql+psycopg://... or sqlite:///FILE), "
+        "or none at all for $SAGA_DATABASE_URL, else sqlite:///saga.db"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unreachable_database_fails_fast_and_never_shows_the_password() -> None:

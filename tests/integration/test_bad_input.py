@@ -7,6 +7,7 @@ import functools
 import re
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -266,6 +267,22 @@ def test_an_unknown_url_scheme_is_a_configuration_error(url: str) -> None:
     with pytest.raises(ConfigurationError) as raised:
         Coordinator(url)
     assert "p@h" not in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["", "   "], ids=["empty", "whitespace"])
+def test_an_empty_url_is_refused_not_taken_for_the_default(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What an unset variable gives (``os.environ.get("DB_URL", "")``) must not send a
+    service's sagas to a local saga.db, nor to $SAGA_DATABASE_URL's database."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SAGA_DATABASE_URL", f"sqlite:///{tmp_path / 'from-env.db'}")
+    empty = r"^the database URL is empty; pass one \(postgresql\+psycopg://\.\.\. or sqlite"
+    with pytest.raises(ConfigurationError, match=empty):
+        Coordinator(url)
+    with pytest.raises(ConfigurationError, match=empty):
+        AsyncCoordinator(url)
+    assert list(tmp_path.iterdir()) == []  # neither saga.db nor the variable's file
 
 
 def test_a_bad_result_of_a_parallel_step_fails_that_step(coord: Coordinator) -> None:
