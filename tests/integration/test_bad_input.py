@@ -333,7 +333,14 @@ def test_a_nul_byte_in_a_key_is_refused_on_every_backend(coord: Coordinator) -> 
     assert coord.list() == []
 
 
-def test_a_nul_byte_in_a_key_is_refused_by_the_async_coordinator_too(db_url: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "refusal"),
+    [("order\x0042", r"^key: contains a NUL byte"), ("", r"^key: is empty; one blank key")],
+    ids=["NUL byte", "blank"],
+)
+def test_a_bad_key_is_refused_by_the_async_coordinator_too(
+    db_url: str, key: str, refusal: str
+) -> None:
     saga = Saga("bad-key-async")
 
     @saga.step()
@@ -342,8 +349,8 @@ def test_a_nul_byte_in_a_key_is_refused_by_the_async_coordinator_too(db_url: str
 
     async def run() -> list[SagaView]:
         async with AsyncCoordinator(db_url) as coord:
-            with pytest.raises(PayloadError, match=r"^key: contains a NUL byte"):
-                await coord.run(saga, key="order\x0042")
+            with pytest.raises(PayloadError, match=refusal):
+                await coord.run(saga, key=key)
             return await coord.list()
 
     assert asyncio.run(run()) == []
@@ -386,23 +393,6 @@ def test_a_blank_name_or_key_is_refused_before_anything_is_written(
         s.step(steps.debit, "alice", 1, compensate=steps.refund, step_name=blank)
     assert steps.CALLS == []
     assert coord.list() == []
-
-
-def test_a_blank_key_is_refused_by_the_async_coordinator_too(db_url: str) -> None:
-    saga = Saga("bad-blank-key-async")
-
-    @saga.step()
-    async def only(ctx: StepContext) -> None:
-        steps.CALLS.append(("only",))
-
-    async def run() -> list[SagaView]:
-        async with AsyncCoordinator(db_url) as coord:
-            with pytest.raises(PayloadError, match=r"^key: is empty; one blank key would make"):
-                await coord.run(saga, key="")
-            return await coord.list()
-
-    assert asyncio.run(run()) == []
-    assert steps.CALLS == []
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
